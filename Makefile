@@ -1,0 +1,40 @@
+# Each target is a one-line alias of what CI (.ci/run) and the README say.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgres://postgres@127.0.0.1:5432/idempotency
+export PG_URL
+
+.PHONY: install run test test-sqlite test-postgres lint bench stress tox clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[dev]' && touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) manage.py migrate --noinput && $(PY) manage.py ensure_demo_user && $(PY) sample_project/hint.py && $(PY) manage.py runserver 127.0.0.1:8000
+
+test: install
+	$(PY) -m coverage erase && $(MAKE) test-sqlite test-postgres && $(PY) -m coverage combine -q && $(PY) -m coverage report
+
+test-sqlite: install
+	$(PY) -m coverage run -p -m pytest
+
+test-postgres: install
+	DATABASE_URL=$(PG_URL) $(PY) -m coverage run -p -m pytest
+
+lint: install
+	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy idempotency_django tests sample_project bench
+
+bench: install
+	DATABASE_URL=$(PG_URL) $(PY) -m bench
+
+stress: install
+	DATABASE_URL=$(PG_URL) $(PY) -m stress
+
+tox: install
+	$(VENV)/bin/tox run-parallel
+
+clean:
+	rm -rf $(VENV) .tox .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3

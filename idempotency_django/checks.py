@@ -1,0 +1,165 @@
+"""One system check per setting, each with its own stable id."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.utils.module_loading import import_string
+
+from idempotency_django.conf import as_timedelta
+
+# RFC 9110 token: the characters a header field name may contain.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_MAX_KEY_COLUMN = 255
+_MISSING = object()
+
+
+def _setting(name: str) -> Any:
+    return getattr(settings, name, _MISSING)
+
+
+def _error(check_id: str, msg: str, hint: str) -> list[CheckMessage]:
+    return [Error(msg, hint=hint, id=f"idempotency_django.{check_id}")]
+
+
+def check_header(value: Any) -> list[CheckMessage]:
+    if isinstance(value, str) and _TOKEN.match(value):
+        return []
+    return _error(
+        "E001",
+        f"IDEMPOTENCY_HEADER must be a header name, got {value!r}.",
+        'Use a token such as "Idempotency-Key".',
+    )
+
+
+def check_required(value: Any) -> list[CheckMessage]:
+    if isinstance(value, bool):
+        return []
+    return _error(
+        "E002", f"IDEMPOTENCY_REQUIRED must be a bool, got {value!r}.", "Set it to True or False."
+    )
+
+
+def _positive_duration(value: Any) -> bool:
+    try:
+        return as_timedelta(value) > timedelta(0)
+    except TypeError:
+        return False
+
+
+def check_ttl(value: Any) -> list[CheckMessage]:
+    if _positive_duration(value):
+        return []
+    return _error(
+        "E003",
+        f"IDEMPOTENCY_TTL must be a positive duration, got {value!r}.",
+        "Give seconds (e.g. 86400) or a datetime.timedelta.",
+    )
+
+
+def check_lease(value: Any) -> list[CheckMessage]:
+    if _positive_duration(value):
+        return []
+    return _error(
+        "E004",
+        f"IDEMPOTENCY_LEASE must be a positive duration, got {value!r}.",
+        "Give seconds (e.g. 60) or a datetime.timedelta.",
+    )
+
+
+def check_lease_within_ttl(lease: Any, ttl: Any) -> list[CheckMessage]:
+    if not (_positive_duration(lease) and _positive_duration(ttl)):
+        return []
+    if as_timedelta(lease) < as_timedelta(ttl):
+        return []
+    return _error(
+        "E005",
+        "IDEMPOTENCY_LEASE must be shorter than IDEMPOTENCY_TTL.",
+        "An entry must outlive the claim that created it.",
+    )
+
+
+def check_tenant_resolver(value: Any) -> list[CheckMessage]:
+    try:
+        resolver = import_string(value)
+    except (ImportError, TypeError, ValueError, AttributeError):
+        resolver = None
+    if callable(resolver):
+        return []
+    return _error(
+        "E006",
+        f"IDEMPOTENCY_TENANT_RESOLVER must be the dotted path of a callable, got {value!r}.",
+        'For example "myproject.tenants.account_id", taking the request, returning a str.',
+    )
+
+
+def check_key_max_length(value: Any) -> list[CheckMessage]:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MAX_KEY_COLUMN:
+        return []
+    return _error(
+        "E007",
+        f"IDEMPOTENCY_KEY_MAX_LENGTH must be an int from 1 to {_MAX_KEY_COLUMN}, got {value!r}.",
+        f"The key column holds at most {_MAX_KEY_COLUMN} characters.",
+    )
+
+
+def check_database(value: Any) -> list[CheckMessage]:
+    if isinstance(value, str) and value in settings.DATABASES:
+        return []
+    return _error(
+        "E008",
+        f"IDEMPOTENCY_DATABASE {value!r} is not an alias in DATABASES.",
+        f"Use one of: {', '.join(settings.DATABASES)}.",
+    )
+
+
+def check_cache(value: Any) -> list[CheckMessage]:
+    if value is None or (isinstance(value, str) and value in settings.CACHES):
+        return []
+    return _error(
+        "E009",
+        f"IDEMPOTENCY_CACHE {value!r} is not an alias in CACHES.",
+        "Set it to None or to the alias of a django-redis cache.",
+    )
+
+
+def check_error_format(value: Any) -> list[CheckMessage]:
+    if value in ("problem", "drf"):
+        return []
+    return _error(
+        "E010",
+        f'IDEMPOTENCY_DRF_ERROR_FORMAT must be "problem" or "drf", got {value!r}.',
+        '"drf" routes errors through REST_FRAMEWORK["EXCEPTION_HANDLER"].',
+    )
+
+
+_SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
+    ("IDEMPOTENCY_HEADER", check_header),
+    ("IDEMPOTENCY_REQUIRED", check_required),
+    ("IDEMPOTENCY_TTL", check_ttl),
+    ("IDEMPOTENCY_LEASE", check_lease),
+    ("IDEMPOTENCY_TENANT_RESOLVER", check_tenant_resolver),
+    ("IDEMPOTENCY_KEY_MAX_LENGTH", check_key_max_length),
+    ("IDEMPOTENCY_DATABASE", check_database),
+    ("IDEMPOTENCY_CACHE", check_cache),
+    ("IDEMPOTENCY_DRF_ERROR_FORMAT", check_error_format),
+)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate every ``IDEMPOTENCY_*`` setting the project sets."""
+    messages: list[CheckMessage] = []
+    for name, check in _SINGLE:
+        value = _setting(name)
+        if value is not _MISSING:
+            messages += check(value)
+    messages += check_lease_within_ttl(
+        getattr(settings, "IDEMPOTENCY_LEASE", 60), getattr(settings, "IDEMPOTENCY_TTL", 86400)
+    )
+    return messages

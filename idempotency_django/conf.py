@@ -1,0 +1,74 @@
+"""Every ``IDEMPOTENCY_*`` setting, read lazily so ``override_settings`` reaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils.module_loading import import_string
+
+DEFAULT_HEADER = "Idempotency-Key"
+DEFAULT_TTL = timedelta(hours=24)
+DEFAULT_LEASE = timedelta(seconds=60)
+DEFAULT_KEY_MAX_LENGTH = 255
+DEFAULT_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
+
+TenantResolver = Callable[[HttpRequest], str]
+
+
+def as_timedelta(value: Any) -> timedelta:
+    """Accept seconds (int/float) or a ``timedelta``; raise ``TypeError`` otherwise."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    raise TypeError(f"expected seconds or a timedelta, got {value!r}")
+
+
+class Settings:
+    """Typed, lazy access to the app's settings; one property per setting."""
+
+    @property
+    def HEADER(self) -> str:
+        return str(getattr(settings, "IDEMPOTENCY_HEADER", DEFAULT_HEADER))
+
+    @property
+    def REQUIRED(self) -> bool:
+        return bool(getattr(settings, "IDEMPOTENCY_REQUIRED", True))
+
+    @property
+    def TTL(self) -> timedelta:
+        return as_timedelta(getattr(settings, "IDEMPOTENCY_TTL", DEFAULT_TTL))
+
+    @property
+    def LEASE(self) -> timedelta:
+        return as_timedelta(getattr(settings, "IDEMPOTENCY_LEASE", DEFAULT_LEASE))
+
+    @property
+    def TENANT_RESOLVER(self) -> TenantResolver:
+        path = getattr(settings, "IDEMPOTENCY_TENANT_RESOLVER", DEFAULT_TENANT_RESOLVER)
+        resolver: TenantResolver = import_string(path)
+        return resolver
+
+    @property
+    def KEY_MAX_LENGTH(self) -> int:
+        return int(getattr(settings, "IDEMPOTENCY_KEY_MAX_LENGTH", DEFAULT_KEY_MAX_LENGTH))
+
+    @property
+    def DATABASE(self) -> str:
+        return str(getattr(settings, "IDEMPOTENCY_DATABASE", "default"))
+
+    @property
+    def CACHE(self) -> str | None:
+        alias = getattr(settings, "IDEMPOTENCY_CACHE", None)
+        return None if alias is None else str(alias)
+
+    @property
+    def ERROR_FORMAT(self) -> str:
+        return str(getattr(settings, "IDEMPOTENCY_DRF_ERROR_FORMAT", "problem"))
+
+
+conf = Settings()

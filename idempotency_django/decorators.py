@@ -1,0 +1,114 @@
+"""``@idempotent``: a thin adapter from a Django view to :mod:`idempotency_django.core`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
+from inspect import iscoroutinefunction
+from typing import Any, TypeVar, overload
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.http import HttpRequest, HttpResponse
+
+from idempotency_django import core
+from idempotency_django.conf import TenantResolver, conf
+from idempotency_django.exceptions import IdempotencyError
+from idempotency_django.fingerprint import Fingerprinter
+from idempotency_django.options import KeyExtractor, Options
+from idempotency_django.responses import problem_response
+
+ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
+
+
+class EntriesDatabase:
+    """``view._non_atomic_requests``: the entries' alias, looked up at request time.
+
+    Django wraps views in ``atomic()`` under ``ATOMIC_REQUESTS`` unless the alias
+    is in this set; the protected view must manage that transaction itself so its
+    claim commits before the view runs and duplicates get 409 rather than wait.
+    """
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def _alias(self) -> str:
+        return self.options.database or conf.DATABASE
+
+    def __contains__(self, alias: object) -> bool:
+        return alias == self._alias()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({self._alias()})
+
+    def __or__(self, other: Iterable[str]) -> set[str]:
+        return {self._alias(), *other}
+
+    __ror__ = __or__
+
+
+@overload
+def idempotent(view: ViewFunc, /) -> ViewFunc: ...
+
+
+@overload
+def idempotent(
+    *,
+    header: str | None = None,
+    required: bool | None = None,
+    ttl: float | timedelta | None = None,
+    lease: float | timedelta | None = None,
+    tenant: TenantResolver | None = None,
+    database: str | None = None,
+    cache: str | None = None,
+    methods: Iterable[str] | None = None,
+    key: KeyExtractor | None = None,
+    fingerprint: Fingerprinter | None = None,
+) -> Callable[[ViewFunc], ViewFunc]: ...
+
+
+def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
+    """Make a view safe to retry: ``@idempotent`` or ``@idempotent(ttl=3600, ...)``."""
+    options = Options.build(**kwargs)
+    if view is None:
+        return functools.partial(_decorate, options=options)
+    if not callable(view):
+        raise TypeError("@idempotent takes keyword arguments only, e.g. @idempotent(ttl=3600).")
+    return _decorate(view, options=options)
+
+
+def _decorate(view: ViewFunc, *, options: Options) -> ViewFunc:
+    if iscoroutinefunction(view):
+        wrapper = _async_wrapper(view, options)
+    else:
+        wrapper = _sync_wrapper(view, options)
+    wrapper._non_atomic_requests = EntriesDatabase(options)  # type: ignore[attr-defined]
+    return functools.wraps(view)(wrapper)  # type: ignore[return-value]
+
+
+def _sync_wrapper(view: Callable[..., HttpResponse], options: Options) -> Callable[..., Any]:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return handle(request, options, lambda: view(request, *args, **kwargs))
+
+    return wrapper
+
+
+def _async_wrapper(view: Callable[..., Any], options: Options) -> Callable[..., Any]:
+    # The protocol is synchronous (it holds a transaction); the view runs inside it,
+    # on the same thread, through async_to_sync.
+    async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        call = functools.partial(async_to_sync(view), request, *args, **kwargs)
+        return await sync_to_async(handle)(request, options, call)
+
+    return wrapper
+
+
+def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
+    """Protect one call of a view, answering client errors as problem+json."""
+    if not core.applies(request, options):
+        return call_view()
+    try:
+        policy = options.resolve()
+        return core.protect(request, policy, policy.tenant(request), call_view)
+    except IdempotencyError as error:
+        return problem_response(error)

@@ -1,0 +1,75 @@
+"""The client errors a protected view answers with; each maps to one RFC 9457 problem."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+PROBLEM_BASE = "https://idempotency-django.readthedocs.io/en/latest/problems/"
+
+
+class IdempotencyError(Exception):
+    """A client error: carries the HTTP status and a stable problem code."""
+
+    status: ClassVar[int] = 400
+    code: ClassVar[str] = "error"
+    title: ClassVar[str] = "Idempotency error"
+    default_detail: ClassVar[str] = ""
+
+    def __init__(self, detail: str | None = None) -> None:
+        self.detail = detail or self.default_detail
+        super().__init__(self.detail)
+
+    @property
+    def type_uri(self) -> str:
+        return PROBLEM_BASE + self.code
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class KeyMissing(IdempotencyError):
+    status, code = 400, "key-missing"
+    title = "Idempotency key missing"
+    default_detail = "This endpoint requires an idempotency key header."
+
+
+class KeyMalformed(IdempotencyError):
+    status, code = 400, "key-malformed"
+    title = "Idempotency key malformed"
+
+
+class KeyReused(IdempotencyError):
+    status, code = 422, "key-reused"
+    title = "Idempotency key reused"
+    default_detail = "This idempotency key was already used with a different request."
+
+
+class RequestInProgress(IdempotencyError):
+    status, code = 409, "in-progress"
+    title = "Request in progress"
+    default_detail = "A request with this idempotency key is still being processed; retry later."
+
+    def __init__(self, detail: str | None = None, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class StoreUnavailable(IdempotencyError):
+    status, code = 503, "unavailable"
+    title = "Idempotency store unavailable"
+    default_detail = "The idempotency store cannot be reached; nothing was executed. Retry later."
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
+
+
+ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
+    KeyMissing,
+    KeyMalformed,
+    KeyReused,
+    RequestInProgress,
+    StoreUnavailable,
+)

@@ -1,0 +1,62 @@
+"""Parsing the client's key: a visible-ASCII token or a quoted Structured Field string."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+from django.conf import settings
+
+from idempotency_django.exceptions import KeyMalformed
+
+_VISIBLE = frozenset(range(0x21, 0x7F))
+_SF_STRING_CHARS = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
+
+
+def parse_key(raw: str | bytes, max_length: int) -> str:
+    """Return the key a header value carries, or raise ``KeyMalformed``.
+
+    ``"abc"`` is an RFC 8941 sf-string and means ``abc``; anything else must be
+    visible ASCII. Surrounding optional whitespace is ignored.
+    """
+    value = raw if isinstance(raw, bytes) else raw.encode("latin-1", "replace")
+    value = value.strip(b" \t")
+    key = _parse_sf_string(value) if value.startswith(b'"') else _parse_token(value)
+    if not key:
+        raise KeyMalformed("The idempotency key is empty.")
+    if len(key) > max_length:
+        raise KeyMalformed(f"The idempotency key is longer than {max_length} characters.")
+    return key
+
+
+def _parse_token(value: bytes) -> str:
+    if any(byte not in _VISIBLE for byte in value):
+        raise KeyMalformed("The idempotency key must be visible ASCII characters.")
+    return value.decode("ascii")
+
+
+def _parse_sf_string(value: bytes) -> str:
+    # RFC 8941 section 4.2.5: only \" and \\ are escapes.
+    out = bytearray()
+    body, index = value[1:], 0
+    while index < len(body):
+        byte = body[index]
+        if byte == 0x5C and index + 1 < len(body) and body[index + 1] in (0x22, 0x5C):
+            out.append(body[index + 1])
+            index += 2
+        elif byte == 0x22 and index == len(body) - 1:
+            return out.decode("ascii")
+        elif byte in _SF_STRING_CHARS:
+            out.append(byte)
+            index += 1
+        else:
+            break
+    raise KeyMalformed("The idempotency key is not a valid quoted string.")
+
+
+def derive_key(tenant: str, key: str, namespace: str) -> str:
+    """A key for an outside service: stable per (tenant, key, namespace), never the key itself."""
+    message = json.dumps([tenant, key, namespace], ensure_ascii=False).encode()
+    secret = hashlib.sha256(b"idempotency_django.derive" + settings.SECRET_KEY.encode()).digest()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()

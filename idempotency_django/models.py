@@ -1,0 +1,52 @@
+"""``IdempotencyEntry``: one row per (tenant, key); the unique constraint is the lock."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class IdempotencyEntry(models.Model):
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress", "In progress"
+        COMPLETED = "completed", "Completed"
+        FAILED_FINAL = "failed_final", "Failed (final)"
+
+    tenant = models.CharField(max_length=255, blank=True)
+    key = models.CharField(max_length=255)
+    # SHA-256 of the canonical request, never the request itself.
+    fingerprint = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    # Fencing token: every claim gets a fresh one; writes are conditional on it.
+    owner = models.UUIDField(default=uuid.uuid4)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=list, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    locked_until = models.DateTimeField()
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "idempotency entry"
+        verbose_name_plural = "idempotency entries"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_tenant_key_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["expires_at"], name="idempotency_expires_idx"),
+            # The zombie scan only ever looks at in-progress rows.
+            models.Index(
+                fields=["locked_until"],
+                name="idempotency_zombie_idx",
+                condition=Q(status="in_progress"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant or '-'}:{self.key} ({self.status})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status != self.Status.IN_PROGRESS

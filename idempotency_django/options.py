@@ -1,0 +1,127 @@
+"""Per-view options, checked when the decorator (or mixin) is applied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.http import HttpRequest
+
+from idempotency_django.conf import TenantResolver, as_timedelta, conf
+from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
+
+KeyExtractor = Callable[[HttpRequest], "str | None"]
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+DEFAULT_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a view overrides; ``None`` means "use the setting at request time"."""
+
+    header: str | None = None
+    required: bool | None = None
+    ttl: timedelta | None = None
+    lease: timedelta | None = None
+    tenant: TenantResolver | None = None
+    database: str | None = None
+    cache: str | None = None
+    methods: frozenset[str] = DEFAULT_METHODS
+    key: KeyExtractor | None = None
+    fingerprint: Fingerprinter | None = None
+
+    def __post_init__(self) -> None:
+        _check_instance("header", self.header, str)
+        _check_instance("required", self.required, bool)
+        _check_instance("database", self.database, str)
+        _check_instance("cache", self.cache, str)
+        for name in ("tenant", "key", "fingerprint"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"@idempotent({name}=...) must be a callable taking the request.")
+        if self.methods & SAFE_METHODS:
+            raise TypeError(
+                f"@idempotent(methods=...) can't protect safe methods: "
+                f"{sorted(self.methods & SAFE_METHODS)}."
+            )
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        header: str | None = None,
+        required: bool | None = None,
+        ttl: float | timedelta | None = None,
+        lease: float | timedelta | None = None,
+        tenant: TenantResolver | None = None,
+        database: str | None = None,
+        cache: str | None = None,
+        methods: Iterable[str] | None = None,
+        key: KeyExtractor | None = None,
+        fingerprint: Fingerprinter | None = None,
+    ) -> Options:
+        """Validate and normalise keyword options; a wrong one is a ``TypeError`` now."""
+        if isinstance(methods, str):
+            raise TypeError('@idempotent(methods=...) takes a list, e.g. ["POST"].')
+        return cls(
+            header=header,
+            required=required,
+            ttl=_duration("ttl", ttl),
+            lease=_duration("lease", lease),
+            tenant=tenant,
+            database=database,
+            cache=cache,
+            methods=DEFAULT_METHODS if methods is None else frozenset(m.upper() for m in methods),
+            key=key,
+            fingerprint=fingerprint,
+        )
+
+    def resolve(self) -> Policy:
+        """The settings in force for one request."""
+        return Policy(
+            header=self.header or conf.HEADER,
+            required=conf.REQUIRED if self.required is None else self.required,
+            ttl=self.ttl or conf.TTL,
+            lease=self.lease or conf.LEASE,
+            tenant=self.tenant or conf.TENANT_RESOLVER,
+            database=self.database or conf.DATABASE,
+            cache=self.cache if self.cache is not None else conf.CACHE,
+            key_max_length=conf.KEY_MAX_LENGTH,
+            key=self.key,
+            fingerprint=self.fingerprint or request_fingerprint,
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Options and settings merged, for one request."""
+
+    header: str
+    required: bool
+    ttl: timedelta
+    lease: timedelta
+    tenant: TenantResolver
+    database: str
+    cache: str | None
+    key_max_length: int
+    key: KeyExtractor | None
+    fingerprint: Fingerprinter
+
+
+def _check_instance(name: str, value: object, kind: type) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"@idempotent({name}=...) must be a {kind.__name__}, got {value!r}.")
+
+
+def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        duration = as_timedelta(value)
+    except TypeError:
+        raise TypeError(
+            f"@idempotent({name}=...) takes seconds or a timedelta, got {value!r}."
+        ) from None
+    if duration <= timedelta(0):
+        raise TypeError(f"@idempotent({name}=...) must be positive, got {value!r}.")
+    return duration

@@ -1,0 +1,88 @@
+"""Turning errors into problem+json, and stored answers back into responses."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.http import HttpResponse, HttpResponseBase
+
+from idempotency_django.exceptions import IdempotencyError
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+# Never replayed: per-connection, per-response or credential-bearing headers.
+_NOT_STORED = frozenset(
+    {
+        "set-cookie",
+        "date",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "server",
+        "proxy-authenticate",
+        "upgrade",
+        "trailer",
+        "te",
+    }
+)
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A final answer as recorded: status, replayable headers and the exact body bytes."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    @classmethod
+    def from_response(cls, response: HttpResponse) -> StoredResponse:
+        headers = [(k, v) for k, v in response.items() if k.lower() not in _NOT_STORED]
+        return cls(response.status_code, headers, bytes(response.content))
+
+    def to_response(self) -> HttpResponse:
+        response = HttpResponse(self.body, status=self.status)
+        for name, value in self.headers:
+            response[name] = value
+        response[REPLAYED_HEADER] = "true"
+        return response
+
+
+def problem_response(error: IdempotencyError) -> HttpResponse:
+    """RFC 9457 problem details for a client error."""
+    payload = {
+        "type": error.type_uri,
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+    }
+    response = HttpResponse(
+        json.dumps(payload), status=error.status, content_type=PROBLEM_CONTENT_TYPE
+    )
+    for name, value in error.headers().items():
+        response[name] = value
+    return response
+
+
+def is_final(status: int) -> bool:
+    """Whether an answer is stored and replayed: not 5xx, not a transient 4xx."""
+    return status < 500 and status not in TRANSIENT_4XX
+
+
+TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+
+
+def require_plain(response: HttpResponseBase) -> HttpResponse:
+    """The response as an ``HttpResponse`` with its content; streaming can't be stored."""
+    if not isinstance(response, HttpResponse):
+        raise TypeError(
+            f"An idempotent view must return a non-streaming HttpResponse, got {type(response).__name__}; "
+            "its body has to be stored to be replayed."
+        )
+    render = getattr(response, "render", None)
+    if callable(render):
+        render()
+    return response

@@ -1,0 +1,11 @@
+"""Printed by `make run` before the server starts: how to see a replay."""
+
+print(
+    """
+Serving the sample project on http://127.0.0.1:8000/ (admin: demo / demo).
+Take a payment twice with one key; the second answer carries Idempotent-Replayed: true:
+
+  curl -i -X POST http://127.0.0.1:8000/charges/ -H 'Idempotency-Key: demo-1' \\
+       -H 'Content-Type: application/json' -d '{"amount": 1000, "currency": "eur"}'
+"""
+)

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.contrib import admin
+
+from sample_project.payments.models import Charge
+
+if TYPE_CHECKING:
+    ChargeAdminBase = admin.ModelAdmin[Charge]
+else:
+    ChargeAdminBase = admin.ModelAdmin
+
+
+@admin.register(Charge)
+class ChargeAdmin(ChargeAdminBase):
+    list_display = ["id", "amount", "currency", "user", "created_at"]

@@ -1,0 +1,61 @@
+"""Function views of the sample: one protected create view, two pages."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from idempotency_django import idempotent
+from idempotency_django.models import IdempotencyEntry
+from sample_project.payments.models import Charge
+
+
+def index(request: HttpRequest) -> HttpResponse:
+    context = {
+        "charges": Charge.objects.all()[:20],
+        "entries": IdempotencyEntry.objects.order_by("-created_at")[:20],
+    }
+    return render(request, "payments/index.html", context)
+
+
+@csrf_exempt
+@require_POST
+@idempotent
+def create_charge(request: HttpRequest) -> HttpResponse:
+    """Take a payment: ``{"amount": 1000, "currency": "eur", "description": "..."}``."""
+    try:
+        data = json.loads(request.body)
+        amount = int(data["amount"])
+    except (ValueError, KeyError, TypeError):
+        # A final 4xx: stored and replayed, like a success.
+        return JsonResponse({"error": 'send JSON like {"amount": 1000}'}, status=400)
+    if amount <= 0:
+        return JsonResponse({"error": "amount must be positive"}, status=400)
+    charge = Charge.objects.create(
+        user=request.user if request.user.is_authenticated else None,
+        amount=amount,
+        currency=str(data.get("currency", "eur"))[:3],
+        description=str(data.get("description", ""))[:200],
+        provider_key=request.idempotency.derive("provider"),  # type: ignore[attr-defined]
+    )
+    response = JsonResponse(_as_json(charge), status=201)
+    response["Location"] = f"/charges/{charge.pk}/"
+    return response
+
+
+def charge_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return JsonResponse(_as_json(get_object_or_404(Charge, pk=pk)))
+
+
+def _as_json(charge: Charge) -> dict[str, object]:
+    return {
+        "id": charge.pk,
+        "amount": charge.amount,
+        "currency": charge.currency,
+        "description": charge.description,
+        "created_at": charge.created_at.isoformat(),
+    }

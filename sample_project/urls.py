@@ -1,0 +1,12 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from sample_project.payments import views
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("charges/", views.create_charge, name="create-charge"),
+    path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
+    path("api/", include("sample_project.payments.api_urls")),
+    path("admin/", admin.site.urls),
+]

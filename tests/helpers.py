@@ -1,0 +1,60 @@
+"""Small helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+from django.test import Client
+
+from tests.testapp.models import Charge
+
+
+def new_key() -> str:
+    return str(uuid.uuid4())
+
+
+def post(client: Client, path: str, key: str | None, body: Any = None, **extra: Any) -> Any:
+    """POST a JSON body with an idempotency key (``None`` sends no header)."""
+    headers = {} if key is None else {"Idempotency-Key": key}
+    payload = json.dumps(body if body is not None else {"amount": 100})
+    return client.post(path, payload, content_type="application/json", headers=headers, **extra)
+
+
+def charges(reference: str) -> int:
+    return Charge.objects.filter(reference=reference).count()
+
+
+def problem(response: Any) -> dict[str, Any]:
+    assert response["Content-Type"] == "application/problem+json"
+    data: dict[str, Any] = json.loads(response.content)
+    assert set(data) >= {"type", "title", "status", "detail"}
+    assert data["status"] == response.status_code
+    return data
+
+
+def race(count: int, work: Callable[[int], Any], timeout: float = 60) -> list[Any]:
+    """Run ``work(i)`` on ``count`` real threads released together; return the results."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout)
+            results[index] = work(index)
+        except BaseException as exc:
+            results[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a racing thread hung"
+    return results

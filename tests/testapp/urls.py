@@ -1,0 +1,15 @@
+from django.urls import path
+
+from tests.testapp import views
+
+urlpatterns = [
+    path("charges/", views.charge),
+    path("charges/short-lease/", views.charge_short_lease),
+    path("charges/optional/", views.charge_optional),
+    path("charges/put-only/", views.charge_put_only),
+    path("charges/cbv/", views.ChargeView.as_view()),
+    path("charges/async/", views.async_charge),
+    path("webhooks/", views.webhook),
+    path("binary/", views.binary),
+    path("derive/", views.derive),
+]
