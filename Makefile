@@ -31,7 +31,7 @@ bench: install
 	DATABASE_URL=$(PG_URL) $(PY) -m bench
 
 stress: install
-	DATABASE_URL=$(PG_URL) $(PY) -m stress
+	DATABASE_URL=$(PG_URL) $(PY) -m bench.stress
 
 tox: install
 	$(VENV)/bin/tox run-parallel

@@ -1,0 +1,193 @@
+"""The promise under real concurrency, on PostgreSQL: real threads, real row locks.
+
+Each thread has its own database connection, as each worker of an app server does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from idempotency_django import core, store
+from idempotency_django.models import IdempotencyEntry
+from tests.helpers import charges, new_key, post, race
+
+pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+
+STORM_TRIALS = 100
+STORM_CONCURRENCY = 16
+
+
+def _send(path: str, key: str, body: dict[str, Any] | None = None, tenant_user: Any = None) -> Any:
+    client = Client(raise_request_exception=False)
+    if tenant_user is not None:
+        client.force_login(tenant_user)
+    return post(client, path, key, body)
+
+
+def _sender(path: str, key: str, body: dict[str, Any]) -> Callable[[int], Any]:
+    return lambda _index: _send(path, key, body)
+
+
+def _classify(responses: list[Any]) -> Counter[str]:
+    """'original' for the one execution, 'replay' for byte-identical replays, '409' for busy."""
+    originals = [r for r in responses if r.status_code == 201 and "Idempotent-Replayed" not in r]
+    assert len(originals) == 1, [r.status_code for r in responses]
+    kinds: Counter[str] = Counter()
+    for response in responses:
+        if response is originals[0]:
+            kinds["original"] += 1
+        elif response.status_code == 409:
+            assert int(response["Retry-After"]) >= 1
+            kinds["409"] += 1
+        else:
+            assert response["Idempotent-Replayed"] == "true"
+            assert (response.status_code, response.content) == (201, originals[0].content)
+            assert response["Location"] == originals[0]["Location"]
+            kinds["replay"] += 1
+    return kinds
+
+
+def test_storm_of_same_key_requests_commits_exactly_one_execution() -> None:
+    totals: Counter[str] = Counter()
+    for trial in range(STORM_TRIALS):
+        key = f"storm-{trial}-{new_key()}"
+        # Half the trials make the first execution slow enough for duplicates to see it in flight.
+        body = {"amount": 100, "sleep": 0.01 if trial % 2 else 0}
+        responses = race(STORM_CONCURRENCY, _sender("/charges/", key, body))
+        assert not [r for r in responses if isinstance(r, BaseException)], responses
+        totals += _classify(responses)
+        assert charges(key) == 1, f"trial {trial}: {charges(key)} executions committed"
+    assert totals["original"] == STORM_TRIALS
+    # The storm must have exercised both in-flight duplicates and replays.
+    assert totals["409"] > 0
+    assert totals["replay"] > 0
+    print(
+        f"\nstorm: {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: {dict(totals)}, duplicates 0"
+    )
+
+
+def test_storm_of_failing_requests_never_commits_and_frees_the_key() -> None:
+    for trial in range(10):
+        key = f"fail-{trial}-{new_key()}"
+        responses = race(8, _sender("/charges/", key, {"status": 503, "sleep": 0.005}))
+        assert {r.status_code for r in responses} <= {503, 409}
+        assert charges(key) == 0
+        assert not IdempotencyEntry.objects.filter(key=key).exists()
+        assert _send("/charges/", key).status_code == 201
+
+
+def test_exceptions_under_concurrency_leave_no_business_row() -> None:
+    key = new_key()
+    responses = race(8, lambda _i: _send("/charges/", key, {"raise": True, "sleep": 0.005}))
+    assert {r.status_code for r in responses} <= {500, 409}
+    assert charges(key) == 0
+    assert not IdempotencyEntry.objects.filter(key=key).exists()
+
+
+def test_request_outliving_its_lease_is_never_executed_twice() -> None:
+    """Lease 0.5 s, the view sleeps 2 s: a duplicate and a takeover arrive after the lease."""
+    key = new_key()
+    body = {"amount": 100, "sleep": 2.0}
+    first: list[Any] = []
+    slow = threading.Thread(target=_in_thread, args=(first, "/charges/short-lease/", key, body))
+    slow.start()
+    _wait_for_entry(key)
+    time.sleep(0.8)  # the lease (0.5 s) has now passed; the request still runs
+    entry = IdempotencyEntry.objects.get(key=key)
+    assert entry.status == IdempotencyEntry.Status.IN_PROGRESS
+    assert entry.locked_until < timezone.now()
+
+    duplicate = _send("/charges/short-lease/", key, body)
+    takeover = store.take_over(
+        "default",
+        "",
+        key,
+        entry.fingerprint,
+        core.now(),
+        timedelta(seconds=0.5),
+        timedelta(hours=1),
+    )
+    slow.join(30)
+    assert duplicate.status_code == 409
+    assert takeover is None
+    assert first[0].status_code == 201
+    assert charges(key) == 1
+    replay = _send("/charges/short-lease/", key, body)
+    assert replay.content == first[0].content
+
+
+def test_duplicate_with_other_payload_while_in_flight_is_422() -> None:
+    key = new_key()
+    first: list[Any] = []
+    slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.0}))
+    slow.start()
+    _wait_for_entry(key)
+    other = _send("/charges/", key, {"amount": 5})
+    slow.join(30)
+    assert other.status_code == 422
+    assert first[0].status_code == 201
+    assert charges(key) == 1
+
+
+def test_atomic_requests_in_flight_duplicate_gets_409_not_a_wait() -> None:
+    key = new_key()
+    connection.settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        first: list[Any] = []
+        slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.5}))
+        slow.start()
+        _wait_for_entry(key)
+        started = time.monotonic()
+        duplicate = _send("/charges/", key, {"sleep": 1.5})
+        waited = time.monotonic() - started
+        slow.join(30)
+    finally:
+        connection.settings_dict["ATOMIC_REQUESTS"] = False
+    assert duplicate.status_code == 409
+    assert first[0].status_code == 201
+    assert slow.is_alive() is False
+    assert waited < 1.5, "the duplicate waited for the first request's transaction"
+    assert charges(key) == 1
+
+
+def test_two_tenants_racing_one_key_stay_apart(django_user_model: Any) -> None:
+    alice = django_user_model.objects.create_user("alice")
+    bob = django_user_model.objects.create_user("bob")
+    key = new_key()
+    users = [alice, bob] * 6
+    responses = race(len(users), lambda i: _send("/charges/", key, {"amount": i % 2}, users[i]))
+    for user in (alice, bob):
+        mine = [r for i, r in enumerate(responses) if users[i] == user]
+        kinds = _classify(mine)
+        assert kinds["original"] == 1
+        bodies = {json.loads(r.content)["tenant"] for r in mine if r.status_code == 201}
+        assert bodies == {str(user.pk)}
+    assert charges(key) == 2
+
+
+def _in_thread(results: list[Any], path: str, key: str, body: dict[str, Any]) -> None:
+    from django.db import connections
+
+    try:
+        results.append(_send(path, key, body))
+    finally:
+        connections.close_all()
+
+
+def _wait_for_entry(key: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not IdempotencyEntry.objects.filter(key=key).exists():
+        assert time.monotonic() < deadline, "the first request never claimed its key"
+        time.sleep(0.01)
+    time.sleep(0.05)  # let it take its row lock

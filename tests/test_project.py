@@ -1,0 +1,130 @@
+"""The package as a whole: migrations, optional imports, decorator options, nested atomics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory
+
+from idempotency_django import idempotent
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.responses import require_plain
+from tests.helpers import charges, new_key, post
+
+
+@pytest.mark.django_db
+def test_no_migration_is_missing() -> None:
+    out = StringIO()
+    call_command("makemigrations", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+def test_importing_the_package_needs_no_optional_dependency() -> None:
+    code = (
+        "import sys\n"
+        "for name in ('rest_framework', 'celery', 'django_redis', 'redis', 'drf_spectacular'):\n"
+        "    sys.modules[name] = None\n"
+        "import django; from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
+        "django.setup()\n"
+        "import idempotency_django, idempotency_django.core, idempotency_django.models\n"
+        "from idempotency_django import idempotent\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ttl": 0}, "positive"),
+        ({"lease": "60"}, "seconds or a timedelta"),
+        ({"methods": "POST"}, "takes a list"),
+        ({"methods": ["GET", "POST"]}, "safe methods"),
+        ({"required": "yes"}, "must be a bool"),
+        ({"key": "header"}, "callable"),
+        ({"tenant": 3}, "callable"),
+        ({"fingerprint": "x"}, "callable"),
+        ({"database": 1}, "must be a str"),
+    ],
+)
+def test_wrong_options_fail_when_applied(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        idempotent(**options)
+
+
+def test_unknown_option_fails_when_applied() -> None:
+    with pytest.raises(TypeError):
+        idempotent(ttll=5)  # type: ignore[call-overload]
+
+
+def test_positional_non_callable_fails() -> None:
+    with pytest.raises(TypeError, match="keyword arguments"):
+        idempotent(5)  # type: ignore[call-overload]
+
+
+def test_both_forms_keep_the_view_metadata() -> None:
+    assert idempotent(view).__name__ == "view"
+    assert idempotent(ttl=timedelta(hours=1))(view).__name__ == "view"
+
+
+def test_streaming_responses_are_refused() -> None:
+    from django.http import StreamingHttpResponse
+
+    with pytest.raises(TypeError, match="non-streaming"):
+        require_plain(StreamingHttpResponse(iter([b"a"])))
+
+
+@pytest.mark.django_db
+def test_inside_an_outer_atomic_block_the_protocol_still_holds() -> None:
+    """E.g. Django's TestCase: the claim joins the outer transaction."""
+    client = Client(raise_request_exception=False)
+    key = new_key()
+    with transaction.atomic():
+        first = post(client, "/charges/", key)
+        replay = post(client, "/charges/", key)
+        failed_key = new_key()
+        assert post(client, "/charges/", failed_key, {"status": 500}).status_code == 500
+        assert charges(failed_key) == 0
+        assert not IdempotencyEntry.objects.filter(key=failed_key).exists()
+    assert first.status_code == 201
+    assert replay.content == first.content
+    assert charges(key) == 1
+
+
+@pytest.mark.django_db
+def test_request_idempotency_is_set_on_the_request() -> None:
+    seen: dict[str, Any] = {}
+
+    @idempotent
+    def spy(request: HttpRequest) -> HttpResponse:
+        context = request.idempotency  # type: ignore[attr-defined]
+        seen.update(key=context.key, tenant=context.tenant, replayed=context.replayed)
+        return HttpResponse(json.dumps(seen), status=201)
+
+    request = RequestFactory().post(
+        "/x/", "{}", content_type="application/json", headers={"Idempotency-Key": "k-1"}
+    )
+    spy(request)
+    assert seen == {"key": "k-1", "tenant": "", "replayed": False}
+    replay_request = RequestFactory().post(
+        "/x/", "{}", content_type="application/json", headers={"Idempotency-Key": "k-1"}
+    )
+    spy(replay_request)
+    assert replay_request.idempotency.replayed is True  # type: ignore[attr-defined]
