@@ -33,8 +33,11 @@ bench: install
 stress: install
 	DATABASE_URL=$(PG_URL) $(PY) -m bench.stress
 
+# tox finds the matrix's interpreters on PATH; pyenv keeps them out of it.
+PYENV_BINS := $(shell ls -d $(HOME)/.pyenv/versions/3.1[123]*/bin 2>/dev/null | tr '\n' ':')
+
 tox: install
-	$(VENV)/bin/tox run-parallel
+	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel
 
 clean:
 	rm -rf $(VENV) .tox .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3

@@ -73,6 +73,7 @@ def test_check_ids_are_unique() -> None:
     assert len(found) == len(set(found)) == 10
 
 
+@pytest.mark.django_db  # Django 6.1's check command also checks the database.
 def test_manage_py_check_fails_on_a_bad_value() -> None:
     with override_settings(IDEMPOTENCY_TTL=-5), pytest.raises(SystemCheckError, match="E003"):
         call_command("check")

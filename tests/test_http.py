@@ -49,14 +49,14 @@ def test_missing_key_is_400_problem(client: Client) -> None:
     response = post(client, "/charges/", None)
     assert response.status_code == 400
     assert problem(response)["type"] == PROBLEM_BASE + "key-missing"
-    assert Charge_count() == 0
+    assert all_charges() == 0
     assert not IdempotencyEntry.objects.exists()
 
 
 def test_missing_key_runs_unprotected_when_optional(client: Client) -> None:
     assert post(client, "/charges/optional/", None).status_code == 201
     assert post(client, "/charges/optional/", None).status_code == 201
-    assert Charge_count() == 2
+    assert all_charges() == 2
 
 
 @override_settings(IDEMPOTENCY_REQUIRED=False)
@@ -72,7 +72,7 @@ def test_malformed_key_is_400_problem(client: Client, raw: str) -> None:
     response = post(client, "/charges/", raw)
     assert response.status_code == 400
     assert problem(response)["type"] == PROBLEM_BASE + "key-malformed"
-    assert Charge_count() == 0
+    assert all_charges() == 0
     assert not IdempotencyEntry.objects.exists()
 
 
@@ -372,7 +372,7 @@ def test_atomic_requests_still_answers_409_to_in_flight_duplicates(client: Clien
     assert charges(key) == 1
 
 
-def Charge_count() -> int:
+def all_charges() -> int:
     from tests.testapp.models import Charge
 
     return Charge.objects.count()
