@@ -31,20 +31,20 @@ class EntriesDatabase:
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self.others: set[str] = set()
 
-    def _alias(self) -> str:
-        return self.options.database or conf.DATABASE
+    def _aliases(self) -> set[str]:
+        return {self.options.database or conf.DATABASE, *self.others}
 
     def __contains__(self, alias: object) -> bool:
-        return alias == self._alias()
+        return alias in self._aliases()
 
     def __iter__(self) -> Iterator[str]:
-        return iter({self._alias()})
+        return iter(self._aliases())
 
-    def __or__(self, other: Iterable[str]) -> set[str]:
-        return {self._alias(), *other}
-
-    __ror__ = __or__
+    def add(self, alias: str) -> None:
+        """What ``@transaction.non_atomic_requests`` stacked on top calls."""
+        self.others.add(alias)
 
 
 @overload

@@ -128,3 +128,14 @@ def test_request_idempotency_is_set_on_the_request() -> None:
     )
     spy(replay_request)
     assert replay_request.idempotency.replayed is True  # type: ignore[attr-defined]
+
+
+def test_non_atomic_requests_stacks_on_top() -> None:
+    from django.test import override_settings
+
+    protected = transaction.non_atomic_requests(using="other")(idempotent(view))
+    marker = protected._non_atomic_requests  # type: ignore[attr-defined]
+    assert "default" in marker
+    assert "other" in marker
+    with override_settings(IDEMPOTENCY_DATABASE="payments"):
+        assert set(marker) == {"payments", "other"}
