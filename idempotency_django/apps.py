@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from django.apps import AppConfig
 
 
@@ -11,3 +13,6 @@ class IdempotencyConfig(AppConfig):
 
     def ready(self) -> None:
         from idempotency_django import checks  # noqa: F401  (registers the checks)
+
+        if find_spec("rest_framework") and find_spec("drf_spectacular"):
+            from idempotency_django import spectacular  # noqa: F401  (registers the extension)

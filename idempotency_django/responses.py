@@ -45,6 +45,8 @@ class StoredResponse:
 
     def to_response(self) -> HttpResponse:
         response = HttpResponse(self.body, status=self.status)
+        if not any(name.lower() == "content-type" for name, _ in self.headers):
+            del response["Content-Type"]  # stored without one (a 204): replayed without one
         for name, value in self.headers:
             response[name] = value
         response[REPLAYED_HEADER] = "true"

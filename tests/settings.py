@@ -25,6 +25,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "idempotency_django",
     "tests.testapp",
+    # The sample's app, so that mypy (which reads these settings) knows its models.
+    "sample_project.payments",
 ]
 
 MIDDLEWARE = [

@@ -1,7 +1,19 @@
-"""The DRF API (see ``api.py``); empty until the REST framework adapter lands."""
+"""The DRF API under /api/: charges, the OpenAPI schema and its Swagger UI."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from sample_project.payments.api import ChargeViewSet
+
+router = DefaultRouter()
+router.register("charges", ChargeViewSet, basename="api-charge")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("", include(router.urls)),
+    path("auth/", include("rest_framework.urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]

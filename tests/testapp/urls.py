@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from tests.testapp import views
 
@@ -12,4 +12,5 @@ urlpatterns = [
     path("webhooks/", views.webhook),
     path("binary/", views.binary),
     path("derive/", views.derive),
+    path("api/", include("tests.testapp.api_urls")),
 ]

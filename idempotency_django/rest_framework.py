@@ -1,0 +1,290 @@
+"""``IdempotentMixin``: a thin adapter from Django REST framework views to :mod:`.core`.
+
+The claim happens after DRF's authentication, permission and throttle checks, so
+the tenant is the DRF-authenticated user and their 401/403/429 are never stored.
+Importing this module imports DRF; importing ``idempotency_django`` does not.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import connections, transaction
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
+from rest_framework import exceptions
+from rest_framework.request import Request
+
+from idempotency_django import core
+from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.decorators import EntriesDatabase
+from idempotency_django.exceptions import (
+    IdempotencyError,
+    KeyMalformed,
+    KeyMissing,
+    KeyReused,
+    RequestInProgress,
+    StoreUnavailable,
+)
+from idempotency_django.fingerprint import request_fingerprint
+from idempotency_django.options import Options, Policy
+from idempotency_django.responses import problem_response, require_plain
+
+if TYPE_CHECKING:
+    from rest_framework.views import APIView
+
+    _Base = APIView
+else:
+    _Base = object
+
+Handler = Callable[..., HttpResponseBase]
+
+# Raised by a handler (e.g. object permissions in ``get_object()``), these are the
+# same refusals DRF's checks answer before the claim: never stored, key freed.
+_NEVER_STORED = (
+    exceptions.NotAuthenticated,
+    exceptions.AuthenticationFailed,
+    exceptions.PermissionDenied,
+    exceptions.Throttled,
+    DjangoPermissionDenied,
+)
+
+
+class IdempotentMixin(_Base):
+    """Make a DRF view's unsafe methods safe to retry with an ``Idempotency-Key``.
+
+    Put it before the view class: ``class ChargeViewSet(IdempotentMixin, ModelViewSet)``.
+    Each ``idempotency_*`` attribute left at ``None`` falls back to its setting.
+    """
+
+    #: Request header carrying the key (``IDEMPOTENCY_HEADER``).
+    idempotency_header: ClassVar[str | None] = None
+    #: Answer 400 when the key is missing (``IDEMPOTENCY_REQUIRED``).
+    idempotency_required: ClassVar[bool | None] = None
+    #: How long a final answer is kept and replayed, seconds or ``timedelta`` (``IDEMPOTENCY_TTL``).
+    idempotency_ttl: ClassVar[float | timedelta | None] = None
+    #: How long an in-progress claim is trusted (``IDEMPOTENCY_LEASE``).
+    idempotency_lease: ClassVar[float | timedelta | None] = None
+    #: The unsafe methods protected; ``None`` means POST, PUT, PATCH and DELETE.
+    idempotency_methods: ClassVar[Iterable[str] | None] = None
+    #: Database alias holding the entries (``IDEMPOTENCY_DATABASE``).
+    idempotency_database: ClassVar[str | None] = None
+    #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
+    idempotency_cache: ClassVar[str | None] = None
+
+    @classmethod
+    def as_view(cls, *args: Any, **initkwargs: Any) -> Any:
+        options = cls.get_idempotency_options()
+        view = super().as_view(*args, **initkwargs)
+        view._non_atomic_requests = EntriesDatabase(options)  # type: ignore[attr-defined]
+        return view
+
+    @classmethod
+    def get_idempotency_options(cls) -> Options:
+        """The view's options from its ``idempotency_*`` attributes.
+
+        Raises ``ImproperlyConfigured`` on a wrong value; ``as_view()`` calls it, so
+        a mistake fails when the URLconf loads, not at the first request.
+        """
+        try:
+            return Options.build(
+                header=cls.idempotency_header,
+                required=cls.idempotency_required,
+                ttl=cls.idempotency_ttl,
+                lease=cls.idempotency_lease,
+                methods=cls.idempotency_methods,
+                database=cls.idempotency_database,
+                cache=cls.idempotency_cache,
+            )
+        except TypeError as exc:
+            # Options speaks the decorator's language; name the attribute instead.
+            message = str(exc).replace("@idempotent(", "idempotency_").replace("=...)", "")
+            raise ImproperlyConfigured(f"{cls.__qualname__}.{message}") from exc
+
+    def get_idempotency_key(self, request: Request) -> str | None:
+        """The raw key this request carries, or ``None`` if it carries none.
+
+        Called after authentication. The value is then parsed and checked (a
+        quoted string is unquoted; empty, too long or non-ASCII is a 400).
+        Default: the ``idempotency_header`` (``IDEMPOTENCY_HEADER``) header.
+        """
+        return request.headers.get(self.idempotency_header or conf.HEADER)
+
+    def get_idempotency_tenant(self, request: Request) -> str:
+        """Whose key space this request's key lives in; called after authentication.
+
+        Default: ``IDEMPOTENCY_TENANT_RESOLVER`` called with the DRF request, so
+        ``request.user`` is the user DRF authenticated (token, session, ...).
+        """
+        # Resolvers read ``request.user``; DRF's request provides it.
+        return conf.TENANT_RESOLVER(request)
+
+    def get_idempotency_fingerprint(self, request: Request) -> str:
+        """A digest of what makes this request "the same request" as an earlier one.
+
+        Called before authentication (the user isn't known yet) and before DRF
+        parses the body. Default: method, path, query and body of the Django
+        request, JSON compared canonically; it reads the whole body, so
+        ``DATA_UPLOAD_MAX_MEMORY_SIZE`` applies: override it for large uploads.
+        """
+        return request_fingerprint(request._request)
+
+    def get_idempotency_ttl(self) -> float | timedelta:
+        """How long this view's final answers are kept and replayed: seconds or ``timedelta``.
+
+        Default: ``idempotency_ttl``, else ``IDEMPOTENCY_TTL``.
+        """
+        return conf.TTL if self.idempotency_ttl is None else self.idempotency_ttl
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        options = self.get_idempotency_options()
+        if not core.applies(request._request, options):
+            super().initial(request, *args, **kwargs)
+            return
+        # Before authentication: SessionAuthentication's CSRF check reads request.POST,
+        # so DRF streams a multipart body (any body before DRF 3.16), after which
+        # Django can no longer hand the fingerprint its bytes.
+        fingerprint = self.get_idempotency_fingerprint(request)
+        super().initial(request, *args, **kwargs)
+        # dispatch() looks the handler up after initial() returns: wrap it now.
+        name = (request.method or "").lower()
+        handler = getattr(self, name, None) if name in self.http_method_names else None
+        if handler is not None:
+            setattr(self, name, self._protected(handler, options, fingerprint))
+
+    def _protected(self, handler: Handler, options: Options, fingerprint: str) -> Handler:
+        @functools.wraps(handler)
+        def protected(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            try:
+                policy = self._idempotency_policy(request, options, fingerprint)
+                tenant = self.get_idempotency_tenant(request)
+                return core.protect(
+                    request._request,
+                    policy,
+                    tenant,
+                    lambda: self._respond(handler, policy.database, request, args, kwargs),
+                )
+            except IdempotencyError as error:
+                return self._idempotency_error(error)
+
+        return protected
+
+    def _idempotency_policy(self, request: Request, options: Options, fingerprint: str) -> Policy:
+        return replace(
+            options.resolve(),
+            ttl=as_timedelta(self.get_idempotency_ttl()),
+            key=lambda _request: self.get_idempotency_key(request),
+            fingerprint=lambda _request: fingerprint,
+        )
+
+    def _respond(
+        self,
+        handler: Handler,
+        database: str,
+        request: Request,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> HttpResponse:
+        """Run the handler as dispatch() would, into a rendered, storable response."""
+        with _savepoint_under_atomic_requests(database):
+            try:
+                response = handler(request, *args, **kwargs)
+            except _NEVER_STORED:
+                raise
+            except Exception as exc:  # noqa: BLE001  (as dispatch() does)
+                # A non-API exception re-raises here: the core rolls back, frees the key.
+                response = self.handle_exception(exc)
+        return require_plain(self.finalize_response(request, response, *args, **kwargs))  # type: ignore[arg-type]
+
+    def _idempotency_error(self, error: IdempotencyError) -> HttpResponseBase:
+        if conf.ERROR_FORMAT != "drf":
+            return problem_response(error)
+        response = self.handle_exception(to_api_exception(error))
+        # Projects' exception handlers may drop headers; Retry-After must survive.
+        for name, value in error.headers().items():
+            response.setdefault(name, value)
+        return response
+
+
+def _savepoint_under_atomic_requests(using: str) -> transaction.Atomic | nullcontext[None]:
+    # Under ATOMIC_REQUESTS, DRF's exception handler calls set_rollback(), which
+    # would doom the core's whole transaction, the stored answer included. A
+    # savepoint confines that rollback to the handler's own writes.
+    if connections[using].settings_dict.get("ATOMIC_REQUESTS"):
+        return transaction.atomic(using=using)
+    return nullcontext()
+
+
+class IdempotencyAPIError(exceptions.APIException):
+    """An idempotency client error, under ``IDEMPOTENCY_DRF_ERROR_FORMAT = "drf"``.
+
+    Raised into the project's ``EXCEPTION_HANDLER``; ``wait`` (seconds) becomes
+    ``Retry-After`` there, and is added if the handler drops it.
+    """
+
+    status_code = 400
+    default_code = "idempotency_error"
+    wait: int | None = None
+
+
+class KeyMissingError(IdempotencyAPIError):
+    status_code, default_code = 400, "idempotency_key_missing"
+    default_detail = KeyMissing.default_detail
+
+
+class KeyMalformedError(IdempotencyAPIError):
+    status_code, default_code = 400, "idempotency_key_malformed"
+    default_detail = "The idempotency key is malformed."
+
+
+class KeyReusedError(IdempotencyAPIError):
+    status_code, default_code = 422, "idempotency_key_reused"
+    default_detail = KeyReused.default_detail
+
+
+class RequestInProgressError(IdempotencyAPIError):
+    status_code, default_code = 409, "idempotency_request_in_progress"
+    default_detail = RequestInProgress.default_detail
+
+
+class StoreUnavailableError(IdempotencyAPIError):
+    status_code, default_code = 503, "idempotency_store_unavailable"
+    default_detail = StoreUnavailable.default_detail
+
+
+_API_ERRORS: dict[type[IdempotencyError], type[IdempotencyAPIError]] = {
+    KeyMissing: KeyMissingError,
+    KeyMalformed: KeyMalformedError,
+    KeyReused: KeyReusedError,
+    RequestInProgress: RequestInProgressError,
+    StoreUnavailable: StoreUnavailableError,
+}
+
+
+def to_api_exception(error: IdempotencyError) -> IdempotencyAPIError:
+    """The ``APIException`` a project's ``EXCEPTION_HANDLER`` formats for ``error``."""
+    api_error = _API_ERRORS.get(type(error), IdempotencyAPIError)(error.detail)
+    api_error.status_code = error.status
+    retry_after = error.headers().get("Retry-After")
+    if retry_after is not None:
+        api_error.wait = int(retry_after)
+    return api_error
+
+
+__all__ = [
+    "IdempotencyAPIError",
+    "IdempotentMixin",
+    "KeyMalformedError",
+    "KeyMissingError",
+    "KeyReusedError",
+    "RequestInProgressError",
+    "StoreUnavailableError",
+    "to_api_exception",
+]
