@@ -40,6 +40,9 @@ def put(
     alias: str, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl: timedelta
 ) -> None:
     """Cache a committed final answer for the rest of its TTL."""
+    seconds = int(ttl.total_seconds())
+    if seconds < 1:
+        return  # about to expire: nothing to gain, and Django reads 0 as "don't cache"
     value = {
         "fingerprint": fingerprint,
         "status": response.status,
@@ -47,6 +50,6 @@ def put(
         "body": response.body,
     }
     try:
-        caches[alias].set(cache_key(tenant, key), value, timeout=int(ttl.total_seconds()))
+        caches[alias].set(cache_key(tenant, key), value, timeout=seconds)
     except Exception:
         logger.warning("idempotency cache %r unreachable; answer not cached", alias, exc_info=True)

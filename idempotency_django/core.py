@@ -111,7 +111,7 @@ def _acquire(context: IdempotencyContext, policy: Policy) -> store.Claim | Store
     """A claim of our own, or the final answer to replay; raises 409/422/503."""
     for _ in range(_CLAIM_ATTEMPTS):
         started = now()
-        with _store_errors():
+        with store_errors():
             found = store.claim(
                 policy.database,
                 context.tenant,
@@ -134,7 +134,9 @@ def _acquire(context: IdempotencyContext, policy: Policy) -> store.Claim | Store
         if isinstance(found, store.Claim):
             return found
         if isinstance(found, store.Existing):
-            return _decide(context, found)
+            answer = _decide(context, found)
+            _refill_cache(context, policy, found)
+            return answer
         # None: the row changed under us (committed, deleted or held); look again.
     raise RequestInProgress()
 
@@ -145,6 +147,18 @@ def _decide(context: IdempotencyContext, existing: store.Existing) -> StoredResp
     if existing.response is None:
         raise RequestInProgress()
     return existing.response
+
+
+def _refill_cache(context: IdempotencyContext, policy: Policy, existing: store.Existing) -> None:
+    """Put an answer replayed from the database back into the cache (evicted, or Redis restarted)."""
+    if policy.cache is None or existing.response is None:
+        return
+    alias, answer, ttl = policy.cache, existing.response, existing.expires_at - now()
+    # Runs at once in autocommit; inside a caller's transaction, only if it commits.
+    transaction.on_commit(
+        lambda: cache.put(alias, context.tenant, context.key, existing.fingerprint, answer, ttl),
+        using=policy.database,
+    )
 
 
 def _execute(
@@ -167,7 +181,7 @@ def _execute(
 
 
 def _lock(claim: store.Claim, policy: Policy) -> None:
-    with _store_errors():
+    with store_errors():
         held = store.lock(claim, now(), policy.lease)
     if not held:
         # Taken over between our claim and our lock: the other request runs it.
@@ -221,7 +235,8 @@ class _Discard(Exception):
 
 
 @contextmanager
-def _store_errors() -> Iterator[None]:
+def store_errors() -> Iterator[None]:
+    """Database errors while protecting a request become a 503: nothing ran."""
     try:
         yield
     except (OperationalError, InterfaceError) as exc:
@@ -229,4 +244,12 @@ def _store_errors() -> Iterator[None]:
         raise StoreUnavailable() from exc
 
 
-__all__ = ["IdempotencyContext", "IdempotencyError", "applies", "now", "protect", "run"]
+__all__ = [
+    "IdempotencyContext",
+    "IdempotencyError",
+    "applies",
+    "now",
+    "protect",
+    "run",
+    "store_errors",
+]

@@ -20,7 +20,11 @@ def parse_key(raw: str | bytes, max_length: int) -> str:
     ``"abc"`` is an RFC 8941 sf-string and means ``abc``; anything else must be
     visible ASCII. Surrounding optional whitespace is ignored.
     """
-    value = raw if isinstance(raw, bytes) else raw.encode("latin-1", "replace")
+    try:
+        # Strict: replacing what Latin-1 can't hold with "?" would merge distinct keys.
+        value = raw if isinstance(raw, bytes) else raw.encode("latin-1")
+    except UnicodeEncodeError:
+        raise KeyMalformed("The idempotency key must be visible ASCII characters.") from None
     value = value.strip(b" \t")
     key = _parse_sf_string(value) if value.startswith(b'"') else _parse_token(value)
     if not key:

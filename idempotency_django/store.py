@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -185,13 +186,8 @@ def _claim_postgresql(
     # One round trip: the CTE inserts, and the other branch reads the existing row
     # when the insert met a conflict. Both see the statement's snapshot, so a row
     # committed by a concurrent claim after it began is invisible: zero rows.
-    cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
-    sql = (
-        f"WITH ins AS ({_insert_sql(conn, ' RETURNING 1')}) "
-        f"SELECT true, NULL::text, NULL::text, NULL::uuid, NULL::int, NULL::jsonb, NULL::bytea, "
-        f"NULL::timestamptz, NULL::timestamptz FROM ins "
-        f"UNION ALL SELECT false, {cols} FROM {_table(conn)} WHERE {_where_key(conn)}"
-    )
+    relaxed = conn.get_autocommit()
+    sql = _cached_sql(conn, f"claim:{relaxed}", lambda: _claim_postgresql_sql(conn, relaxed))
     with conn.cursor() as cursor:
         cursor.execute(sql, [*params, tenant, key])
         row = cursor.fetchone()
@@ -200,17 +196,55 @@ def _claim_postgresql(
     return () if row[0] else tuple(row[1:])
 
 
+# The claim alone commits without waiting for its WAL flush. It only has to be
+# durable once the business transaction commits, and that (synchronous) commit
+# flushes all WAL written before it, the claim's included: a crash can lose an
+# unanswered claim, never one whose execution committed. Evaluated only on the
+# inserted row, so reads stay plain. Only in autocommit: inside a caller's
+# transaction the local setting would relax the whole transaction's commit.
+# https://www.postgresql.org/docs/current/wal-async-commit.html
+_RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+
+def _claim_postgresql_sql(conn: BaseDatabaseWrapper, relaxed: bool) -> str:
+    cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
+    inserted = _RELAXED_COMMIT if relaxed else "true"
+    return (
+        f"WITH ins AS ({_insert_sql(conn, ' RETURNING 1')}) "
+        f"SELECT {inserted}, NULL::text, NULL::text, NULL::uuid, NULL::int, NULL::jsonb, "
+        f"NULL::bytea, NULL::timestamptz, NULL::timestamptz FROM ins "
+        f"UNION ALL SELECT false, {cols} FROM {_table(conn)} WHERE {_where_key(conn)}"
+    )
+
+
 def _claim_generic(
     conn: BaseDatabaseWrapper, params: list[Any], tenant: str, key: str
 ) -> tuple[Any, ...] | None:
+    insert = _cached_sql(conn, "claim:insert", lambda: _insert_sql(conn))
     with conn.cursor() as cursor:
-        cursor.execute(_insert_sql(conn), params)
+        cursor.execute(insert, params)
         if cursor.rowcount == 1:
             return ()
-        cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
-        cursor.execute(f"SELECT {cols} FROM {_table(conn)} WHERE {_where_key(conn)}", [tenant, key])
+        cursor.execute(_cached_sql(conn, "claim:read", lambda: _read_sql(conn)), [tenant, key])
         row = cursor.fetchone()
     return None if row is None else tuple(row)
+
+
+def _read_sql(conn: BaseDatabaseWrapper) -> str:
+    cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
+    return f"SELECT {cols} FROM {_table(conn)} WHERE {_where_key(conn)}"
+
+
+_SQL: dict[tuple[str, str], str] = {}
+
+
+def _cached_sql(conn: BaseDatabaseWrapper, name: str, build: Callable[[], str]) -> str:
+    """``build()`` once per backend: the text only depends on its quoting rules."""
+    cache_key = (conn.vendor, name)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = build()
+    return sql
 
 
 def take_over(
@@ -310,10 +344,15 @@ def record(
 
 
 def release(claim: Claim) -> None:
-    """Delete the claim so that the key is free again."""
+    """Delete the claim so that the key is free again; a recorded answer is kept.
+
+    After an error at COMMIT the answer may have committed all the same (the
+    acknowledgement was lost): only a row still in progress is ours to free.
+    """
     conn = connections[claim.using]
     with conn.cursor() as cursor:
         cursor.execute(
-            f"DELETE FROM {_table(conn)} WHERE {_where_owner(conn)}",
-            [claim.tenant, claim.key, _uuid(conn, claim.owner)],
+            f"DELETE FROM {_table(conn)} WHERE {_where_owner(conn)} "
+            f"AND {conn.ops.quote_name('status')} = %s",
+            [claim.tenant, claim.key, _uuid(conn, claim.owner), Status.IN_PROGRESS],
         )

@@ -298,6 +298,46 @@ def test_unreachable_database_is_503_and_the_view_does_not_run(client: Client) -
     assert post(client, "/charges/", key).status_code == 201
 
 
+def test_unreachable_database_with_a_session_is_503_too(client: Client) -> None:
+    client.force_login(User.objects.create_user("carol", password="pw"))
+    key = new_key()
+    original = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
+    else:
+        connection.settings_dict["PORT"] = 1
+    try:
+        response = post(client, "/charges/", key)
+    finally:
+        connection.close()
+        connection.settings_dict.update(original)
+    assert response.status_code == 503
+    assert charges(key) == 0
+
+
+def test_multipart_retry_with_a_new_boundary_is_a_replay(client: Client) -> None:
+    from django.test.client import encode_multipart
+
+    key = new_key()
+    data = {"amount": "100", "note": "x"}
+    first, second = (
+        client.post(
+            "/charges/",
+            encode_multipart(boundary, data),
+            content_type=f"multipart/form-data; boundary={boundary}",
+            headers={"Idempotency-Key": key},
+        )
+        for boundary in ("BoUnDaRy-one", "another-BOUNDARY")
+    )
+    assert first.status_code == 201
+    assert second["Idempotent-Replayed"] == "true"
+    changed = client.post(
+        "/charges/", {"amount": "101", "note": "x"}, headers={"Idempotency-Key": key}
+    )
+    assert changed.status_code == 422
+
+
 @override_settings(IDEMPOTENCY_CACHE="unreachable")
 def test_unreachable_replay_cache_falls_back_to_the_database(
     client: Client, caplog: pytest.LogCaptureFixture

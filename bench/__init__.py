@@ -1,0 +1,1 @@
+"""Benchmarks of idempotency_django on PostgreSQL: ``python -m bench`` (``make bench``)."""

@@ -1,0 +1,63 @@
+"""The sample's URLs plus ``/chaos/…/charges/``: its own create view, pausing mid-transaction.
+
+The pause comes after the business write, inside the view's transaction, only
+when the request carries ``X-Chaos-Delay``; the connection's application_name
+then names the worker and the key, so a test can SIGKILL that worker or
+terminate that backend while the charge is written but not committed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Callable
+from typing import cast
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from idempotency_django import idempotent
+from sample_project.payments import views
+from sample_project.urls import urlpatterns as sample_urlpatterns
+
+create_charge: Callable[[HttpRequest], HttpResponse] = inspect.unwrap(views.create_charge)
+
+
+def pause_after_write(request: HttpRequest) -> HttpResponse:
+    response = create_charge(request)
+    delay = float(request.headers.get("X-Chaos-Delay") or 0)
+    if delay > 0 and response.status_code == 201:
+        announce(request.idempotency.key)  # type: ignore[attr-defined]
+        keep_working(delay)
+    return response
+
+
+def keep_working(seconds: float) -> None:
+    """More business work in the same transaction: fails as soon as its backend is gone."""
+    until = time.monotonic() + seconds
+    while (remaining := until - time.monotonic()) > 0:
+        time.sleep(min(0.1, remaining))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+
+def announce(key: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('application_name', %s, false)", [f"idem_sys:{os.getpid()}:{key}"]
+        )
+
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    *cast(list[URLPattern | URLResolver], sample_urlpatterns),
+    path("chaos/charges/", csrf_exempt(require_POST(idempotent(pause_after_write)))),
+    # A lease far shorter than the pause: the request outlives it.
+    path(
+        "chaos/short-lease/charges/",
+        csrf_exempt(require_POST(idempotent(lease=2)(pause_after_write))),
+    ),
+]

@@ -1,0 +1,247 @@
+"""The same views over HTTP: gunicorn with several workers on 127.0.0.1, a loopback client.
+
+Each request opens its own connection (gunicorn's sync workers close it after
+the response), so both sides of every comparison pay the same TCP set-up.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.inprocess import BODY
+from bench.measure import Sample, Series, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+STORM = 64
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    replayed: bool
+
+
+class Server:
+    """``gunicorn bench.wsgi`` on a free port of 127.0.0.1."""
+
+    def __init__(self, workers: int, env: dict[str, str]) -> None:
+        self.workers = workers
+        self.env = env
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
+        command += ["--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}"]
+        command += ["--backlog", "256", "--log-level", "warning"]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=self.env)
+        deadline = time.monotonic() + 60
+        while not self._answers():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError("gunicorn did not start serving bench.wsgi")
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        try:
+            return self.request("GET", "/ping/", None).status == 204
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.process = None
+
+    def request(self, method: str, path: str, key: str | None) -> Answer:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            headers = {"Content-Type": "application/json"}
+            if key is not None:
+                headers["Idempotency-Key"] = key
+            conn.request(method, path, body=BODY if method == "POST" else None, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            return Answer(response.status, response.getheader("Idempotent-Replayed") == "true")
+        finally:
+            conn.close()
+
+    def post(self, path: str, key: str) -> Answer:
+        return self.request("POST", path, key)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def served(workers: int, env: dict[str, str]) -> Iterator[Server]:
+    server = Server(workers, env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Sequential:
+    """One request at a time: latency, protected against unprotected."""
+
+    def __init__(self, server: Server, with_redis: bool) -> None:
+        self.server = server
+        self.completed = self._first("/protected/")
+        self.cached = self._first("/cached/") if with_redis else ""
+
+    def _first(self, path: str) -> str:
+        key = str(uuid.uuid4())
+        _check(self.server.post(path, key), replayed=False)
+        return key
+
+    def _timed(self, path: str, key: str, replayed: bool) -> float:
+        started = time.perf_counter()
+        answer = self.server.post(path, key)
+        elapsed = time.perf_counter() - started
+        _check(answer, replayed)
+        return elapsed
+
+    def unprotected(self) -> float:
+        return self._timed("/unprotected/", str(uuid.uuid4()), replayed=False)
+
+    def protected(self) -> float:
+        key = str(uuid.uuid4())
+        elapsed = self._timed("/protected/", key, replayed=False)
+        self.completed = key
+        return elapsed
+
+    def replay_pg(self) -> float:
+        return self._timed("/protected/", self.completed, replayed=True)
+
+    def replay_redis(self) -> float:
+        return self._timed("/cached/", self.cached, replayed=True)
+
+
+def _check(answer: Answer, replayed: bool) -> None:
+    if answer.status != 201 or answer.replayed != replayed:
+        raise RuntimeError(f"unexpected answer over HTTP: {answer}")
+
+
+def sequential(
+    server: Server, with_redis: bool, rounds: int, per_round: int, others: dict[str, Sample]
+) -> dict[str, Series]:
+    """The HTTP cases, interleaved with ``others`` (the floor) so that ratios share rounds."""
+    cases = Sequential(server, with_redis)
+    samples: dict[str, Sample] = {
+        "http_unprotected": cases.unprotected,
+        "http_protected": cases.protected,
+        "http_replay_pg": cases.replay_pg,
+        **others,
+    }
+    if with_redis:
+        samples["http_replay_redis"] = cases.replay_redis
+    return sweep(samples, rounds, per_round, warmup=10)
+
+
+def storm(server: Server, path: str, keys: list[str]) -> tuple[float, list[Answer]]:
+    """All requests released at once; seconds until the last one has its answer."""
+    answers: list[Answer | None] = [None] * len(keys)
+    finished = [0.0] * len(keys)
+    go = threading.Event()
+
+    def client(index: int) -> None:
+        go.wait()
+        try:
+            answers[index] = server.post(path, keys[index])
+        except OSError:
+            answers[index] = Answer(0, False)
+        finished[index] = time.perf_counter()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(keys))]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.05)  # every thread waiting on the event
+    started = time.perf_counter()
+    go.set()
+    for thread in threads:
+        thread.join(120)
+    return max(finished) - started, [a or Answer(0, False) for a in answers]
+
+
+def statuses(answers: list[Answer]) -> dict[str, int]:
+    """``{"201": n, "201 replayed": n, "409": n, …}``."""
+    return dict(
+        Counter(f"{a.status}{' replayed' if a.replayed else ''}" for a in answers).most_common()
+    )
+
+
+def environment(url: str, database: str) -> dict[str, str]:
+    """What gunicorn's workers need to load ``bench.settings`` on the scratch database."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "BENCH_DATABASE": database,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "PYTHONPATH": path,
+    }
+
+
+@dataclass
+class Storms:
+    """Per kind of storm: seconds until all answered (by round), answers, executions."""
+
+    series: dict[str, Series]
+    answers: dict[str, dict[str, int]]
+    executions: list[int]
+
+
+def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
+    """64 concurrent requests: one new key, 64 distinct unprotected, retries of a done key."""
+    from tests.testapp.models import Charge
+
+    done = _completed(server, "/protected/")
+    cached = _completed(server, "/cached/") if with_redis else ""
+    kinds: dict[str, tuple[str, Callable[[], list[str]]]] = {
+        "storm_first": ("/protected/", lambda: [str(uuid.uuid4())] * STORM),
+        "storm_unprotected": ("/unprotected/", lambda: [str(uuid.uuid4()) for _ in range(STORM)]),
+        "storm_retry_pg": ("/protected/", lambda: [done] * STORM),
+    }
+    if with_redis:
+        kinds["storm_retry_redis"] = ("/cached/", lambda: [cached] * STORM)
+    result = Storms({kind: Series() for kind in kinds}, {}, [])
+    for _ in range(rounds):
+        for kind, (path, make_keys) in kinds.items():
+            keys = make_keys()
+            elapsed, answers = storm(server, path, keys)
+            result.series[kind].rounds.append([elapsed])
+            for status, count in statuses(answers).items():
+                result.answers.setdefault(kind, {}).setdefault(status, 0)
+                result.answers[kind][status] += count
+            if kind == "storm_first":
+                result.executions.append(Charge.objects.filter(reference=keys[0]).count())
+    return result
+
+
+def _completed(server: Server, path: str) -> str:
+    key = str(uuid.uuid4())
+    _check(server.post(path, key), replayed=False)
+    return key

@@ -1,0 +1,262 @@
+"""Purge 1,000,000 expired entries while another process keeps claiming new keys.
+
+``DATABASE_URL=postgres://… python -m bench.purge`` (``make bench`` runs it through
+``python -m bench``). On a scratch database of its own (``idem_bench_purge``,
+created and dropped here) it bulk-loads expired rows, then runs the real
+``idempotency_django.purge.purge`` while a claimer process calls ``store.claim``
+for new keys at a steady rate, and compares the claims' latency during the purge
+with their latency idle.
+
+The rows expire in ``SLICES`` equal steps and the purge runs once per step (its
+``now`` set to the step's end), with an idle gap before each: idle and busy
+windows alternate within a second, so whatever else the machine is doing weighs
+on both sides of the comparison alike.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ALIAS = "bench_purge"
+DATABASE = "idem_bench_purge"
+ROWS = 1_000_000
+SLICES = 10
+BATCH_SIZE = 1000
+CLAIMS_PER_SECOND = 500
+IDLE_GAP = 1.0  # seconds of idle claiming before each slice's purge
+SETTLE = 0.1  # seconds after a purge that count neither as idle nor as during
+TABLE = "idempotency_django_idempotencyentry"
+STEP = timedelta(milliseconds=1)  # row g expires at base + g * STEP (as LOAD_SQL says)
+# A stored answer of realistic size; every row long past its expiry.
+LOAD_SQL = f"""
+INSERT INTO {TABLE} (tenant, key, fingerprint, status, owner, response_status,
+                     response_headers, response_body, locked_until, created_at, expires_at)
+SELECT (g %% 1000)::text, md5(g::text), md5(g::text) || md5(g::text), 'completed',
+       gen_random_uuid(), 201, '[["Content-Type", "application/json"]]'::jsonb,
+       convert_to('{{"id": ' || g || ', "amount": 100, "currency": "eur"}}', 'UTF8'),
+       %(base)s, %(base)s, %(base)s + g * interval '1 millisecond'
+FROM generate_series(1, %(rows)s) AS g
+"""
+Windows = list[tuple[float, float]]
+
+
+def main() -> dict[str, float]:
+    """Run the benchmark, print its table and return its figures."""
+    server = _server_url()
+    _setup_django()
+    _admin_execute(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    _admin_execute(server, f"CREATE DATABASE {DATABASE}")
+    try:
+        figures = _run()
+    finally:
+        _close()
+        _admin_execute(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    print(_table(figures))
+    return figures
+
+
+def _server_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    if urlsplit(url).scheme not in ("postgres", "postgresql"):
+        print(
+            "bench.purge needs PostgreSQL: set DATABASE_URL=postgres://user@host:port/any-db "
+            f"(it works on a scratch database of that server, {DATABASE}).",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return url
+
+
+def _setup_django() -> None:
+    """Django plus an alias for the scratch database (settings may already be set up)."""
+    import django
+    from django.db import connections
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    django.setup()
+    if ALIAS not in connections.settings:
+        connections.settings[ALIAS] = {**connections.settings["default"], "NAME": DATABASE}
+
+
+def _admin_execute(server: str, statement: str) -> None:
+    import psycopg
+
+    admin = urlunsplit(urlsplit(server)._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+def _close() -> None:
+    from django.db import connections
+
+    connections[ALIAS].close()
+
+
+def _run() -> dict[str, float]:
+    from django.core.management import call_command
+
+    call_command("migrate", database=ALIAS, verbosity=0)
+    base = datetime.now().astimezone() - timedelta(days=2)
+    load_seconds = _load(base)
+    samples, (windows, deleted) = _with_claimer(lambda: _purge_in_slices(base))
+    purge_seconds = sum(end - start for start, end in windows)
+    return {
+        "rows": ROWS,
+        "load_s": load_seconds,
+        "batch_size": BATCH_SIZE,
+        "deleted": deleted,
+        "purge_s": purge_seconds,
+        "rows_per_s": deleted / purge_seconds,
+        "claims_per_s": CLAIMS_PER_SECOND,
+        "load_average": os.getloadavg()[0],
+        **_percentiles("idle", _outside(samples, windows)),
+        **_percentiles("purge", _inside(samples, windows)),
+    }
+
+
+def _load(base: datetime) -> float:
+    from django.db import connections
+
+    started = time.monotonic()
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute(LOAD_SQL, {"base": base, "rows": ROWS})
+        # A table in steady state: hint bits set, statistics current (autovacuum's work).
+        cursor.execute(f"VACUUM ANALYZE {TABLE}")
+    return time.monotonic() - started
+
+
+def _purge_in_slices(base: datetime) -> tuple[Windows, int]:
+    """Purge slice after slice, each after an idle gap; the purges' time windows."""
+    from idempotency_django.purge import purge
+
+    windows: Windows = []
+    deleted = 0
+    for index in range(1, SLICES + 1):
+        time.sleep(IDLE_GAP)
+        now = base + STEP * (ROWS * index // SLICES)
+        started = time.monotonic()
+        deleted += purge(using=ALIAS, batch_size=BATCH_SIZE, now=now).expired
+        windows.append((started, time.monotonic()))
+    time.sleep(IDLE_GAP)
+    return windows, deleted
+
+
+def _inside(samples: Windows, windows: Windows) -> list[float]:
+    return [lat for at, lat in samples if any(start <= at <= end for start, end in windows)]
+
+
+def _outside(samples: Windows, windows: Windows) -> list[float]:
+    return [
+        lat for at, lat in samples if not any(start <= at <= end + SETTLE for start, end in windows)
+    ]
+
+
+def _with_claimer(work: Callable[[], Any]) -> tuple[Windows, Any]:
+    """Run ``work`` while a claimer process claims; its ``(start, latency)`` samples."""
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    receiver, sender = context.Pipe(duplex=False)
+    claimer = context.Process(target=_claimer, args=(_settings_dict(), ready, stop, sender))
+    claimer.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("the claimer process did not start")
+        outcome = work()
+        stop.set()
+        samples: Windows = receiver.recv()
+    finally:
+        stop.set()
+        claimer.join(30)
+        if claimer.is_alive():
+            claimer.kill()
+    return samples, outcome
+
+
+def _settings_dict() -> dict[str, Any]:
+    from django.db import connections
+
+    return dict(connections.settings[ALIAS])
+
+
+def _claimer(settings_dict: dict[str, Any], ready: Event, stop: Event, sender: Connection) -> None:
+    """The claimer process: ``store.claim`` of new keys at a steady rate until ``stop``."""
+    import django
+    from django.db import connections
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    django.setup()
+    connections.settings[ALIAS] = settings_dict
+    for _ in range(200):  # warm the connection and the code paths
+        _claim_one()
+    ready.set()
+    samples: Windows = []
+    interval, next_at = 1 / CLAIMS_PER_SECOND, time.monotonic()
+    while not stop.is_set():
+        started = time.monotonic()
+        _claim_one()
+        samples.append((started, time.monotonic() - started))
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    sender.send(samples)
+    connections[ALIAS].close()
+
+
+def _claim_one() -> None:
+    from idempotency_django import core, store
+
+    claimed = store.claim(
+        ALIAS,
+        "bench",
+        uuid.uuid4().hex,
+        "0" * 64,
+        core.now(),
+        timedelta(seconds=60),
+        timedelta(hours=24),
+    )
+    if not isinstance(claimed, store.Claim):
+        raise RuntimeError(f"a new key was not claimed: {claimed!r}")
+
+
+def _percentiles(name: str, latencies: list[float]) -> dict[str, float]:
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {
+        f"{name}_claims": len(latencies),
+        f"{name}_p50_ms": statistics.median(latencies) * 1000,
+        f"{name}_p99_ms": cuts[98] * 1000,
+    }
+
+
+def _table(f: dict[str, float]) -> str:
+    ratio = f["purge_p99_ms"] / f["idle_p99_ms"]
+    rows_ok = "met" if f["rows_per_s"] >= 100_000 else "MISSED"
+    p99_ok = "met" if ratio <= 2 else "MISSED"
+    return "\n".join(
+        [
+            f"bench.purge: {f['deleted']:,.0f} of {f['rows']:,.0f} expired rows purged in "
+            f"{SLICES} slices, batch size {f['batch_size']:.0f}; {os.cpu_count()} CPUs, "
+            f"load average {f['load_average']:.1f}",
+            f"  purge       {f['rows_per_s']:>10,.0f} rows/s  ({f['purge_s']:.2f} s; "
+            f"target >= 100,000: {rows_ok})",
+            f"  claims at {f['claims_per_s']:.0f}/s        n   p50 ms   p99 ms",
+            f"  idle              {f['idle_claims']:6.0f}   {f['idle_p50_ms']:6.2f}   "
+            f"{f['idle_p99_ms']:6.2f}",
+            f"  during the purge  {f['purge_claims']:6.0f}   {f['purge_p50_ms']:6.2f}   "
+            f"{f['purge_p99_ms']:6.2f}",
+            f"  p99 during / idle {ratio:.2f}x (target <= 2x: {p99_ok})",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

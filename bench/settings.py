@@ -1,0 +1,66 @@
+"""Settings of the benchmark: PostgreSQL from ``DATABASE_URL``, on a scratch database.
+
+``DATABASE_URL`` names the server; the benchmark creates and drops its own
+database on it (``BENCH_DATABASE``, default ``idem_bench``) and never touches
+the one the URL names.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dj_database_url
+
+SECRET_KEY = "bench-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "bench.urls"
+WSGI_APPLICATION = "bench.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "idempotency_django",
+    "tests.testapp",
+]
+
+# Empty on purpose: both sides of every comparison pay the same framework cost,
+# and the less of it there is, the less noise hides the difference.
+MIDDLEWARE: list[str] = []
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "idem_bench")
+DATABASES = {
+    # Persistent connections, as a production app server keeps them.
+    "default": dj_database_url.parse(
+        DATABASE_URL or "postgres://postgres@127.0.0.1:5432/postgres", conn_max_age=600
+    )
+}
+DATABASES["default"]["NAME"] = BENCH_DATABASE
+if os.environ.get("BENCH_PREPARED") == "1":
+    # python -m bench --prepared: server-side binding, statements prepared after 5
+    # runs (Django's default binds client-side and never prepares, for poolers).
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
+# The scale case's 10,000,000 entries, claimed next to the empty default's.
+DATABASES["scale"] = {**DATABASES["default"], "NAME": f"{BENCH_DATABASE}_scale"}
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "replay": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "idem-bench",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "loggers": {"django.request": {"handlers": ["null"], "propagate": False}},
+}

@@ -1,0 +1,113 @@
+"""A read-only admin for idempotency entries, with one action: release stuck claims."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from idempotency_django import core, purge
+from idempotency_django.conf import conf
+from idempotency_django.models import IdempotencyEntry
+
+if TYPE_CHECKING:
+    EntryAdminBase = admin.ModelAdmin[IdempotencyEntry]
+else:
+    EntryAdminBase = admin.ModelAdmin
+
+Status = IdempotencyEntry.Status
+
+
+class ExpiredFilter(admin.SimpleListFilter):
+    title = "expired"
+    parameter_name = "expired"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]
+    ) -> QuerySet[IdempotencyEntry]:
+        if self.value() == "yes":
+            return queryset.filter(expires_at__lte=core.now())
+        if self.value() == "no":
+            return queryset.filter(expires_at__gt=core.now())
+        return queryset
+
+
+@admin.register(IdempotencyEntry)
+class IdempotencyEntryAdmin(EntryAdminBase):
+    list_display = (
+        "key",
+        "tenant",
+        "status",
+        "response_status",
+        "created_at",
+        "expires_at",
+        "expired",
+    )
+    list_filter = ("status", ExpiredFilter)
+    # Exact matches: they use the (tenant, key) index and an operator pastes whole keys.
+    search_fields = ("=key", "=tenant")
+    search_help_text = "Exact key or tenant."
+    # Ordering by the primary key and skipping the full count keep a big table's changelist fast.
+    ordering = ("-id",)
+    show_full_result_count = False
+    fields = (
+        "tenant",
+        "key",
+        "status",
+        "fingerprint",
+        "locked_until",
+        "created_at",
+        "expires_at",
+        "response_status",
+        "response_headers",
+        "body",
+    )
+    readonly_fields = fields
+    actions = ("release_stuck",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyEntry]:
+        return super().get_queryset(request).using(conf.DATABASE)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        """Releasing deletes an entry, so it takes the model's delete permission."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.delete_{opts.model_name}")
+
+    @admin.display(boolean=True, description="expired")
+    def expired(self, entry: IdempotencyEntry) -> bool:
+        return entry.expires_at <= core.now()
+
+    @admin.display(description="response body")
+    def body(self, entry: IdempotencyEntry) -> str:
+        # Shown by size and type, never rendered: it is another party's answer.
+        if entry.response_body is None:
+            return "-"
+        content_type = next(
+            (v for k, v in entry.response_headers or [] if k.lower() == "content-type"), "unknown"
+        )
+        return f"{len(entry.response_body)} bytes, {content_type}"
+
+    @admin.action(description="Release stuck in-progress entries", permissions=["release"])
+    def release_stuck(self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        released = purge.release(ids, using=queryset.db)
+        self.message_user(
+            request,
+            f"Released {released} stuck in-progress entries; skipped {len(ids) - released} "
+            "(finished, lease not yet passed, or held by a running request).",
+            messages.SUCCESS if released else messages.WARNING,
+        )

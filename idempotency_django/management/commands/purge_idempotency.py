@@ -1,0 +1,48 @@
+"""``manage.py purge_idempotency``: a thin shell over :func:`idempotency_django.purge.purge`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, purge
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete idempotency entries past their expiry and reclaim in-progress ones whose "
+        "lease has passed and which no live transaction holds, in short batches."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would go; change nothing."
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            help=f"Rows per batch, each its own short transaction (default {DEFAULT_BATCH_SIZE}).",
+        )
+        parser.add_argument(
+            "--database", help="Database alias holding the entries (default IDEMPOTENCY_DATABASE)."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        batch_size, database = options["batch_size"], options["database"]
+        if batch_size < 1:
+            raise CommandError(f"--batch-size must be a positive integer, got {batch_size}.")
+        if database is not None and database not in connections:
+            raise CommandError(
+                f"--database {database!r} is not an alias in DATABASES "
+                f"(choose from: {', '.join(connections)})."
+            )
+        result = purge(using=database, batch_size=batch_size, dry_run=options["dry_run"])
+        self._report(result)
+
+    def _report(self, result: PurgeResult) -> None:
+        verb = "Would delete" if result.dry_run else "Deleted"
+        self.stdout.write(f"{verb} {result.expired} expired entries.")
+        self.stdout.write(f"{verb} {result.abandoned} abandoned in-progress entries.")

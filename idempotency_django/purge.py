@@ -1,0 +1,199 @@
+"""Lifecycle: delete expired entries and reclaim abandoned claims, a short batch at a time.
+
+Reclaiming an abandoned claim is deleting its entry: the key then behaves as new.
+On PostgreSQL every batch picks its rows with ``SKIP LOCKED``. A request that
+outlived its lease still holds its row lock (``store.lock``) until its transaction
+ends, so its row is skipped: never waited on, never deleted. SQLite has no row
+locks but serialises writers: a purge statement runs only once the request has
+committed, when its entry is final and no longer matches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from idempotency_django import core
+from idempotency_django.conf import conf
+from idempotency_django.models import IdempotencyEntry
+
+logger = logging.getLogger("idempotency_django")
+DEFAULT_BATCH_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    """What a purge deleted (or, under ``dry_run``, would delete)."""
+
+    expired: int
+    abandoned: int
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, int]:
+        return {"expired": self.expired, "abandoned": self.abandoned}
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """A WHERE clause with its parameters, and the indexed column to walk it by."""
+
+    where: str
+    params: list[Any]
+    order: str
+
+
+def purge(
+    using: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> PurgeResult:
+    """Delete expired entries, then abandoned in-progress ones; return the counts.
+
+    ``using`` defaults to ``IDEMPOTENCY_DATABASE``; each batch of at most
+    ``batch_size`` rows is one short statement. ``dry_run`` counts instead.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    conn = connections[using or conf.DATABASE]
+    at = now or core.now()
+    run = _count if dry_run else _delete
+    result = PurgeResult(
+        expired=run(conn, _expired(conn, at), batch_size),
+        abandoned=run(conn, _abandoned(conn, at), batch_size),
+        dry_run=dry_run,
+    )
+    logger.info("idempotency purge on %r: %s", conn.alias, result)
+    return result
+
+
+def release(ids: Iterable[int], using: str | None = None, now: datetime | None = None) -> int:
+    """Delete those of ``ids`` that are in progress past their lease and not held; the count."""
+    conn = connections[using or conf.DATABASE]
+    stuck = _lease_passed(conn, now or core.now())
+    released = 0
+    for chunk in _chunks(list(ids), DEFAULT_BATCH_SIZE):
+        marks = ", ".join(["%s"] * len(chunk))
+        where = f"{stuck.where} AND {_q(conn, 'id')} IN ({marks})"
+        selection = _Selection(where, [*stuck.params, *chunk], stuck.order)
+        released += _delete_batch(conn, selection, len(chunk))[0]
+    return released
+
+
+def _q(conn: BaseDatabaseWrapper, name: str) -> str:
+    return str(conn.ops.quote_name(name))
+
+
+def _table(conn: BaseDatabaseWrapper) -> str:
+    return _q(conn, IdempotencyEntry._meta.db_table)
+
+
+def _expired(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
+    at = conn.ops.adapt_datetimefield_value(now)
+    return _Selection(f"{_q(conn, 'expires_at')} <= %s", [at], _q(conn, "expires_at"))
+
+
+def _lease_passed(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
+    # The status as a literal, so that the planner can match the partial
+    # idempotency_zombie_idx (WHERE status = 'in_progress') whatever the binding.
+    at = conn.ops.adapt_datetimefield_value(now)
+    status = f"{_q(conn, 'status')} = '{IdempotencyEntry.Status.IN_PROGRESS.value}'"
+    where = f"{status} AND {_q(conn, 'locked_until')} <= %s"
+    return _Selection(where, [at], _q(conn, "locked_until"))
+
+
+def _abandoned(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
+    # Not yet expired, so that no entry counts as both kinds (dry runs add up).
+    stuck = _lease_passed(conn, now)
+    where = f"{stuck.where} AND {_q(conn, 'expires_at')} > %s"
+    return _Selection(where, [*stuck.params, conn.ops.adapt_datetimefield_value(now)], stuck.order)
+
+
+def _delete(conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int) -> int:
+    total, frontier = 0, None
+    while True:
+        deleted, frontier = _delete_batch(conn, _from(selection, frontier), batch_size)
+        total += deleted
+        if deleted < batch_size:
+            return total
+
+
+def _from(selection: _Selection, frontier: Any) -> _Selection:
+    """``selection`` from ``frontier`` on: what lies before it is gone, or held (next run's).
+
+    Starting each batch at the last one's frontier spares it walking the index
+    over the entries of every row deleted so far. ``>=``: a batch may end inside
+    a run of equal values.
+    """
+    if frontier is None:
+        return selection
+    where = f"{selection.where} AND {selection.order} >= %s"
+    return _Selection(where, [*selection.params, frontier], selection.order)
+
+
+def _delete_batch(conn: BaseDatabaseWrapper, selection: _Selection, limit: int) -> tuple[int, Any]:
+    """One autocommit statement deleting at most ``limit`` rows of ``selection``.
+
+    Returns the count and, on PostgreSQL, the frontier: the largest ``order`` deleted.
+    """
+    table, pk, order = _table(conn), _q(conn, "id"), selection.order
+    pick = f"SELECT {pk} FROM {table} WHERE {selection.where} ORDER BY {order} LIMIT %s"
+    params = [*selection.params, limit]
+    with conn.cursor() as cursor:
+        if conn.vendor != "postgresql":
+            cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({pick})", params)
+            return int(cursor.rowcount), None
+        # ORDER BY keeps every batch on the index, whatever the planner thinks of
+        # a seq scan; = ANY(ARRAY(...)) deletes through the primary key, not a join.
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {table} WHERE {pk} = ANY(ARRAY("
+            f"{pick} FOR UPDATE SKIP LOCKED)) RETURNING {order}) "
+            f"SELECT count(*), max({order}) FROM gone",
+            params,
+        )
+        deleted, frontier = cursor.fetchone()
+        return int(deleted), frontier
+
+
+def _count(conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int) -> int:
+    total, after = 0, 0
+    while True:
+        ids = _count_batch(conn, selection, after, batch_size)
+        total += len(ids)
+        if len(ids) < batch_size:
+            return total
+        after = ids[-1]
+
+
+def _count_batch(
+    conn: BaseDatabaseWrapper, selection: _Selection, after: int, limit: int
+) -> list[int]:
+    """The ids a delete batch would take after ``after``, without deleting or keeping a lock."""
+    pk = _q(conn, "id")
+    sql = (
+        f"SELECT {pk} FROM {_table(conn)} WHERE {selection.where} AND {pk} > %s "
+        f"ORDER BY {pk} LIMIT %s"
+    )
+    if conn.vendor == "postgresql":
+        # The weakest row lock that a live request's FOR UPDATE still conflicts
+        # with: held rows are skipped, as the real purge would skip them.
+        sql += " FOR KEY SHARE SKIP LOCKED"
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        cursor.execute(sql, [*selection.params, after, limit])
+        ids = [int(row[0]) for row in cursor.fetchall()]
+        transaction.set_rollback(True, using=conn.alias)
+    return ids
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "purge", "release"]

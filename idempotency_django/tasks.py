@@ -1,0 +1,15 @@
+"""Celery tasks (this module, and only it, imports Celery): schedule them with beat."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from idempotency_django import purge
+
+
+@shared_task
+def purge_idempotency(
+    batch_size: int = purge.DEFAULT_BATCH_SIZE, database: str | None = None, dry_run: bool = False
+) -> dict[str, int]:
+    """``manage.py purge_idempotency`` as a task; returns ``{"expired": n, "abandoned": n}``."""
+    return purge.purge(using=database, batch_size=batch_size, dry_run=dry_run).as_dict()

@@ -1,0 +1,65 @@
+"""The entries' database unreachable: a TCP proxy we own between gunicorn and PostgreSQL is cut.
+
+The shared PostgreSQL server itself is never stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from bench import chaos
+from bench.chaos import Gunicorn, ScratchDatabase, StormPlan, TcpProxy
+
+pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
+
+
+@pytest.fixture(scope="module")
+def proxy() -> Iterator[TcpProxy]:
+    tcp = TcpProxy(int(settings.DATABASES["default"].get("PORT") or 5432))
+    try:
+        yield tcp
+    finally:
+        tcp.close()
+
+
+@pytest.fixture(scope="module")
+def proxied(scratch: ScratchDatabase, proxy: TcpProxy, logs: Path) -> Iterator[Gunicorn]:
+    url = chaos.with_port(scratch.url, proxy.port)
+    with chaos.serving(url, logs / "proxied.log", workers=2, lease=8) as server:
+        yield server
+
+
+def test_unreachable_database_is_503_nothing_runs_and_service_resumes(
+    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase
+) -> None:
+    outcome = chaos.database_outage(proxied, proxy, scratch, chaos.new_keys(20, "outage"))
+    assert outcome.problems == []
+
+
+def test_database_cut_mid_storm_duplicates_nothing(
+    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase
+) -> None:
+    cut = threading.Thread(target=_cut_once_charged, args=(scratch, proxy), daemon=True)
+    cut.start()
+    answers = chaos.storm(proxied.port, StormPlan(keys=150, clients=16), prefix="cut")
+    cut.join(60)
+    verdict = chaos.judge(answers, scratch, chaos=True)
+    assert verdict.broken() == []
+    assert verdict.server_errors > 0, "the cut came after the storm"
+
+
+def _cut_once_charged(scratch: ScratchDatabase, proxy: TcpProxy, count: int = 20) -> None:
+    """Cut for 2 s once the storm has committed ``count`` charges: it is mid-flight then."""
+    deadline = time.monotonic() + 60
+    query = f"SELECT count(*) FROM {chaos.CHARGES_TABLE} WHERE description LIKE 'cut-%%'"
+    while scratch.rows(query)[0][0] < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()
+    time.sleep(2)
+    proxy.restore()

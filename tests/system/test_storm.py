@@ -1,0 +1,53 @@
+"""Storms of duplicates from many client threads against several gunicorn workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.chaos import Gunicorn, Monkey, ScratchDatabase, StormPlan, Verdict, judge, storm
+
+pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
+
+
+def test_storm_commits_each_key_exactly_once(server: Gunicorn, scratch: ScratchDatabase) -> None:
+    """1,000 keys, each sent by 8 concurrent clients, a quarter of them sending again later."""
+    answers = storm(server.port, StormPlan(keys=1000, per_key=8, clients=32, seed=6))
+    verdict = judge(answers, scratch)
+    print(f"\nstorm: {_summary(verdict)}")
+    assert verdict.broken() == []
+    assert verdict.originals == verdict.keys == 1000
+    assert verdict.requests >= 8000
+    assert verdict.duplicates_committed == 0
+
+
+def test_storm_with_killed_workers_and_terminated_backends(
+    server: Gunicorn, scratch: ScratchDatabase
+) -> None:
+    """The bounded twin of ``make stress``: rounds of storms until the monkey has done both."""
+    verdicts: list[Verdict] = []
+    with Monkey(server, scratch, interval=1, budget=3, seed=6) as monkey:
+        for round_ in range(10):
+            answers = storm(
+                server.port, StormPlan(keys=50, seed=round_, slow_share=1), prefix="chaos"
+            )
+            verdicts.append(judge(answers, scratch, chaos=True))
+            if monkey.done and _hit(verdicts):
+                break
+    print(f"\nchaos: killed {monkey.killed}, terminated {monkey.terminated}")
+    for verdict in verdicts:
+        print(f"  {_summary(verdict)}")
+        assert verdict.broken() == []
+    assert monkey.done
+    assert _hit(verdicts), "the monkey never landed in a request"
+
+
+def _hit(verdicts: list[Verdict]) -> bool:
+    return any(v.server_errors for v in verdicts) and any(v.dropped for v in verdicts)
+
+
+def _summary(verdict: Verdict) -> str:
+    return (
+        f"{verdict.requests} requests, {verdict.keys} keys: {verdict.originals} originals, "
+        f"{verdict.replays} replays, {verdict.conflicts} 409s, {verdict.server_errors} 5xx, "
+        f"{verdict.dropped} dropped, {verdict.duplicates_committed} duplicates"
+    )
