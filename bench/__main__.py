@@ -27,6 +27,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 FIRST = "first execution, in-process (Django test client, same business write)"
 FLOOR = "floor: psycopg alone, INSERT ... ON CONFLICT DO NOTHING + UPDATE, each its own commit"
 WHERE = "where the added latency goes: the captured SQL replayed through psycopg"
+PREPARED = "the same with server-side binding and prepared statements (not Django's default)"
 REPLAY = "replay of a completed key, in-process"
 HTTP = "over HTTP: gunicorn, sync workers, loopback client, one connection per request"
 STORM = "storm: 64 concurrent requests over HTTP, time until all have an answer"
@@ -46,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.prepared:
-        os.environ["BENCH_PREPARED"] = "1"
     report = Report(_meta(url, args))
     names = [scratch.MAIN] + ([scratch.SCALE] if args.scale_rows else [])
     with scratch.databases(url, names):
@@ -81,11 +80,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=10_000_000,
         help="entries loaded for the scale case (default 10,000,000, about 1.5 min); 0 skips it",
     )
-    parser.add_argument(
-        "--prepared",
-        action="store_true",
-        help="Django with server-side binding and prepared statements (not Django's default)",
-    )
     parser.add_argument("--skip-http", action="store_true", help="no gunicorn cases")
     parser.add_argument("--skip-purge", action="store_true", help="don't run bench/purge.py")
     parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON file ({RESULTS})")
@@ -98,7 +92,7 @@ def _meta(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python -m bench", *sys.argv[1:]]),
         "postgresql": scratch.server_version(url),
         "python": platform.python_version(),
         "django": django.get_version(),
@@ -110,7 +104,6 @@ def _meta(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "http_requests_per_round": args.http_requests,
         "workers": args.workers,
         "scale_rows": args.scale_rows,
-        "prepared_statements": args.prepared,
     }
 
 
@@ -129,16 +122,21 @@ def _setup_django(aliases: list[str]) -> None:
 
 
 def _close_connections() -> None:
+    from django.core.cache import caches
     from django.db import connections
 
+    from bench.inprocess import redis_available
+
     connections.close_all()
+    if redis_available():
+        caches["replay"].delete_pattern("*")  # type: ignore[attr-defined]  # django-redis: our prefix only
 
 
 def _run(url: str, args: argparse.Namespace, report: Report) -> None:
     from bench import inprocess
 
     series, counts = inprocess.run(
-        scratch.database_url(url, scratch.MAIN), args.rounds, args.requests, args.prepared
+        scratch.database_url(url, scratch.MAIN), args.rounds, args.requests
     )
     _in_process(report, series)
     _statement_counts(report, counts)
@@ -159,9 +157,18 @@ def _in_process(report: Report, s: dict[str, Series]) -> None:
         FLOOR, "floor_django_sql", "the same, bound client-side like Django", s["floor_django_sql"]
     )
     report.ratio(FLOOR, "added_over_floor", "added latency / floor", _over(added, s["floor"]))
-    if "sql_protected" in s:
-        _where_it_goes(report, s, added)
+    _where_it_goes(report, s, added)
+    _prepared(report, s)
     _replays(report, s)
+
+
+def _prepared(report: Report, s: dict[str, Series]) -> None:
+    added = _minus(s["protected_prepared"], s["unprotected_prepared"])
+    report.timing(PREPARED, "unprotected_prepared", "unprotected view", s["unprotected_prepared"])
+    report.timing(PREPARED, "protected_prepared", "protected view", s["protected_prepared"])
+    report.timing(PREPARED, "added_prepared", "added latency (protected - unprotected)", added)
+    ratio = _over(added, s["floor"])
+    report.ratio(PREPARED, "added_prepared_over_floor", "added latency / floor", ratio)
 
 
 def _where_it_goes(report: Report, s: dict[str, Series], added: Series) -> None:

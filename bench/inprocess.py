@@ -70,6 +70,14 @@ class Requests:
     def replay_pg(self) -> float:
         return timed(lambda: _expect(self.post("/protected/", self.completed), replayed=True))
 
+    def unprotected_prepared(self) -> float:
+        path = "/prepared/unprotected/"
+        return timed(lambda: _expect(self.post(path, str(uuid.uuid4())), replayed=False))
+
+    def protected_prepared(self) -> float:
+        path = "/prepared/protected/"
+        return timed(lambda: _expect(self.post(path, str(uuid.uuid4())), replayed=False))
+
     def replay_redis(self) -> float:
         self.cached.append(key := self.cached.pop(0))
         return timed(lambda: _expect(self.post("/cached/", key), replayed=True))
@@ -137,8 +145,8 @@ class FirstExecution:
 def sql_samples(url: str, first: FirstExecution) -> Iterator[dict[str, Sample]]:
     """Samplers replaying the protected and unprotected paths' SQL text through psycopg.
 
-    Only with client-side binding (Django's default): the captured text then
-    carries its parameters.
+    Captured on the default alias, which binds client-side (Django's default):
+    the text carries its parameters.
     """
     claim = first.protected[0]
     if _RELAXED not in claim:
@@ -152,9 +160,7 @@ def sql_samples(url: str, first: FirstExecution) -> Iterator[dict[str, Sample]]:
         }
 
 
-def run(
-    url: str, rounds: int, per_round: int, prepared: bool
-) -> tuple[dict[str, Series], dict[str, int]]:
+def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[str, int]]:
     """The in-process sweep; also returns the SQL statements each path sent."""
     requests = Requests()
     with_redis = redis_available()
@@ -164,10 +170,11 @@ def run(
             "unprotected": requests.unprotected,
             "protected": requests.protected,
             "replay_pg": requests.replay_pg,
+            "unprotected_prepared": requests.unprotected_prepared,
+            "protected_prepared": requests.protected_prepared,
             **stack.enter_context(floor_samples(url)),
+            **stack.enter_context(sql_samples(url, first)),
         }
-        if not prepared:
-            cases.update(stack.enter_context(sql_samples(url, first)))
         if with_redis:
             cases["replay_redis"] = requests.replay_redis
         series = sweep(cases, rounds, per_round)

@@ -10,12 +10,23 @@ from tests.testapp.models import Charge
 
 def unprotected(request: HttpRequest) -> HttpResponse:
     """The business write alone: one INSERT in its own (autocommit) transaction."""
-    charge = Charge.objects.create(reference=request.headers.get("Idempotency-Key", ""), amount=100)
+    return _charge(request, "default")
+
+
+def unprotected_prepared(request: HttpRequest) -> HttpResponse:
+    """The same through the "prepared" alias (server-side binding, prepared statements)."""
+    return _charge(request, "prepared")
+
+
+def _charge(request: HttpRequest, using: str) -> HttpResponse:
+    reference = request.headers.get("Idempotency-Key", "")
+    charge = Charge.objects.using(using).create(reference=reference, amount=100)
     return JsonResponse({"id": charge.pk, "amount": charge.amount}, status=201)
 
 
 protected = idempotent(unprotected)
 protected_cached = idempotent(cache="replay")(unprotected)
+protected_prepared = idempotent(database="prepared")(unprotected_prepared)
 
 
 def ping(request: HttpRequest) -> HttpResponse:

@@ -1,6 +1,9 @@
 """The optional replay cache (``IDEMPOTENCY_CACHE``): a fast path, never the truth.
 
 Any cache error is logged and treated as a miss, so the database answers instead.
+After an error the alias is left alone for ``PAUSE`` seconds (per process): a
+frozen Redis then costs one socket timeout per pause, not one or two per
+request, and one warning instead of a flood.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from datetime import timedelta
 
 from django.core.cache import caches
@@ -15,6 +19,8 @@ from django.core.cache import caches
 from idempotency_django.responses import StoredResponse
 
 logger = logging.getLogger("idempotency_django")
+PAUSE = 5.0
+_paused_until: dict[str, float] = {}
 
 
 def cache_key(tenant: str, key: str) -> str:
@@ -25,10 +31,13 @@ def cache_key(tenant: str, key: str) -> str:
 
 def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
     """``(fingerprint, answer)`` for a cached final answer, or ``None``."""
+    if _paused(alias):
+        return None
     try:
         value = caches[alias].get(cache_key(tenant, key))
     except Exception:
-        logger.warning("idempotency cache %r unreachable; using the database", alias, exc_info=True)
+        logger.warning(_UNREACHABLE, alias, "using the database", PAUSE, exc_info=True)
+        _pause(alias)
         return None
     if not isinstance(value, dict):
         return None
@@ -41,8 +50,8 @@ def put(
 ) -> None:
     """Cache a committed final answer for the rest of its TTL."""
     seconds = int(ttl.total_seconds())
-    if seconds < 1:
-        return  # about to expire: nothing to gain, and Django reads 0 as "don't cache"
+    if seconds < 1 or _paused(alias):
+        return  # about to expire (Django reads 0 as "don't cache"), or the cache is away
     value = {
         "fingerprint": fingerprint,
         "status": response.status,
@@ -52,4 +61,16 @@ def put(
     try:
         caches[alias].set(cache_key(tenant, key), value, timeout=seconds)
     except Exception:
-        logger.warning("idempotency cache %r unreachable; answer not cached", alias, exc_info=True)
+        logger.warning(_UNREACHABLE, alias, "answer not cached", PAUSE, exc_info=True)
+        _pause(alias)
+
+
+def _paused(alias: str) -> bool:
+    return time.monotonic() < _paused_until.get(alias, 0.0)
+
+
+def _pause(alias: str) -> None:
+    _paused_until[alias] = time.monotonic() + PAUSE
+
+
+_UNREACHABLE = "idempotency cache %r unreachable; %s, and it is left alone for %g s"

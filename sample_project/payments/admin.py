@@ -14,4 +14,4 @@ else:
 
 @admin.register(Charge)
 class ChargeAdmin(ChargeAdminBase):
-    list_display = ["id", "amount", "currency", "user", "created_at"]
+    list_display = ("id", "amount", "currency", "user", "created_at")

@@ -7,7 +7,9 @@ from django.db import models
 class Charge(models.Model):
     """A payment taken from a customer: the write that must happen once."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     amount = models.PositiveIntegerField()
     currency = models.CharField(max_length=3, default="eur")
     description = models.CharField(max_length=200, blank=True)

@@ -24,10 +24,13 @@ class Command(BaseCommand):
             "--batch-size",
             type=int,
             default=DEFAULT_BATCH_SIZE,
+            metavar="N",
             help=f"Rows per batch, each its own short transaction (default {DEFAULT_BATCH_SIZE}).",
         )
         parser.add_argument(
-            "--database", help="Database alias holding the entries (default IDEMPOTENCY_DATABASE)."
+            "--database",
+            metavar="ALIAS",
+            help="Database alias holding the entries (default IDEMPOTENCY_DATABASE).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
