@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import connections
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import as_timedelta
@@ -138,6 +139,27 @@ def check_error_format(value: Any) -> list[CheckMessage]:
     )
 
 
+_SUPPORTED_VENDORS = ("postgresql", "sqlite")
+
+
+def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
+    if vendor in _SUPPORTED_VENDORS:
+        return []
+    return _error(
+        "E011",
+        f"IDEMPOTENCY_DATABASE {alias!r} is a {vendor} database, which idempotency_django "
+        "does not support.",
+        "Keep the entries on PostgreSQL (or SQLite for development): set IDEMPOTENCY_DATABASE.",
+    )
+
+
+def _entries_vendor() -> list[CheckMessage]:
+    alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return []  # E008 reports it
+    return check_database_vendor(alias, connections[alias].vendor)
+
+
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_HEADER", check_header),
     ("IDEMPOTENCY_REQUIRED", check_required),
@@ -162,4 +184,5 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
     messages += check_lease_within_ttl(
         getattr(settings, "IDEMPOTENCY_LEASE", 60), getattr(settings, "IDEMPOTENCY_TTL", 86400)
     )
+    messages += _entries_vendor()
     return messages

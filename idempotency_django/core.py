@@ -33,6 +33,7 @@ from idempotency_django.responses import StoredResponse, is_final, require_plain
 logger = logging.getLogger("idempotency_django")
 ViewCall = Callable[[], HttpResponse]
 _CLAIM_ATTEMPTS = 3
+TENANT_MAX_LENGTH = IdempotencyEntry._meta.get_field("tenant").max_length or 255
 
 
 def now() -> datetime:
@@ -69,7 +70,9 @@ def protect(request: HttpRequest, policy: Policy, tenant: str, call_view: ViewCa
     key = extract_key(request, policy)
     if key is None:
         return call_view()
-    context = IdempotencyContext(key, tenant, _fingerprint=policy.fingerprint(request))
+    context = IdempotencyContext(
+        key, check_tenant(tenant), _fingerprint=policy.fingerprint(request)
+    )
     request.idempotency = context  # type: ignore[attr-defined]
     return run(context, policy, call_view)
 
@@ -79,9 +82,21 @@ def extract_key(request: HttpRequest, policy: Policy) -> str | None:
     raw = policy.key(request) if policy.key else request.headers.get(policy.header)
     if raw is None:
         if policy.required:
-            raise KeyMissing(f"This endpoint requires the {policy.header} header.")
+            where = "an idempotency key" if policy.key else f"the {policy.header} header"
+            raise KeyMissing(f"This endpoint requires {where}.")
         return None
+    if not isinstance(raw, str | bytes):
+        raise TypeError(f"The idempotency key extractor must return str or None, got {raw!r}.")
     return parse_key(raw, policy.key_max_length)
+
+
+def check_tenant(tenant: object) -> str:
+    """The resolver's answer, if it is one the entries' column can hold."""
+    if not isinstance(tenant, str):
+        raise TypeError(f"The idempotency tenant resolver must return a str, got {tenant!r}.")
+    if len(tenant) > TENANT_MAX_LENGTH:
+        raise ValueError(f"The idempotency tenant is longer than {TENANT_MAX_LENGTH} characters.")
+    return tenant
 
 
 def run(context: IdempotencyContext, policy: Policy, call_view: ViewCall) -> HttpResponse:
@@ -111,26 +126,11 @@ def _acquire(context: IdempotencyContext, policy: Policy) -> store.Claim | Store
     """A claim of our own, or the final answer to replay; raises 409/422/503."""
     for _ in range(_CLAIM_ATTEMPTS):
         started = now()
+        args = (policy.database, context.tenant, context.key, context._fingerprint, started)
         with store_errors():
-            found = store.claim(
-                policy.database,
-                context.tenant,
-                context.key,
-                context._fingerprint,
-                started,
-                policy.lease,
-                policy.ttl,
-            )
+            found = store.claim(*args, policy.lease, policy.ttl)
             if isinstance(found, store.Existing) and found.is_dead(started):
-                found = store.take_over(
-                    policy.database,
-                    context.tenant,
-                    context.key,
-                    context._fingerprint,
-                    started,
-                    policy.lease,
-                    policy.ttl,
-                )
+                found = store.take_over(*args, policy.lease, policy.ttl)
         if isinstance(found, store.Claim):
             return found
         if isinstance(found, store.Existing):
@@ -151,12 +151,30 @@ def _decide(context: IdempotencyContext, existing: store.Existing) -> StoredResp
 
 def _refill_cache(context: IdempotencyContext, policy: Policy, existing: store.Existing) -> None:
     """Put an answer replayed from the database back into the cache (evicted, or Redis restarted)."""
-    if policy.cache is None or existing.response is None:
+    if existing.response is not None:
+        _cache_on_commit(
+            context, policy, existing.fingerprint, existing.response, existing.expires_at
+        )
+
+
+def _cache_on_commit(
+    context: IdempotencyContext,
+    policy: Policy,
+    fingerprint: str,
+    answer: StoredResponse,
+    expires_at: datetime,
+) -> None:
+    """Cache ``answer`` once the transaction commits, until the entry itself expires."""
+    if policy.cache is None:
         return
-    alias, answer, ttl = policy.cache, existing.response, existing.expires_at - now()
-    # Runs at once in autocommit; inside a caller's transaction, only if it commits.
+    alias = policy.cache
+    # The time left is measured when the callback runs: on_commit hooks registered
+    # before it (the view's own) may take a while, and the cache must never outlive
+    # the entry. Runs at once in autocommit.
     transaction.on_commit(
-        lambda: cache.put(alias, context.tenant, context.key, existing.fingerprint, answer, ttl),
+        lambda: cache.put(
+            alias, context.tenant, context.key, fingerprint, answer, expires_at - now()
+        ),
         using=policy.database,
     )
 
@@ -197,16 +215,10 @@ def _record(
         if response.status_code < 400
         else IdempotencyEntry.Status.FAILED_FINAL
     )
-    if not store.record(claim, status, stored, now(), policy.ttl):
+    recorded_at = now()
+    if not store.record(claim, status, stored, recorded_at, policy.ttl):
         raise RuntimeError("idempotency claim lost while its row lock was held")
-    if policy.cache is not None:
-        alias = policy.cache
-        transaction.on_commit(
-            lambda: cache.put(
-                alias, context.tenant, context.key, context._fingerprint, stored, policy.ttl
-            ),
-            using=claim.using,
-        )
+    _cache_on_commit(context, policy, context._fingerprint, stored, recorded_at + policy.ttl)
 
 
 def _release(claim: store.Claim) -> None:

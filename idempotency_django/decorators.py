@@ -82,8 +82,13 @@ def _decorate(view: ViewFunc, *, options: Options) -> ViewFunc:
         wrapper = _async_wrapper(view, options)
     else:
         wrapper = _sync_wrapper(view, options)
-    wrapper._non_atomic_requests = EntriesDatabase(options)  # type: ignore[attr-defined]
-    return functools.wraps(view)(wrapper)  # type: ignore[return-value]
+    protected = functools.wraps(view)(wrapper)
+    # After wraps(), which copies the view's own marker (from a stacked
+    # @transaction.non_atomic_requests) over ours: keep both.
+    marker = EntriesDatabase(options)
+    marker.others.update(getattr(view, "_non_atomic_requests", ()))
+    protected._non_atomic_requests = marker  # type: ignore[attr-defined]
+    return protected  # type: ignore[return-value]
 
 
 def _sync_wrapper(view: Callable[..., HttpResponse], options: Options) -> Callable[..., Any]:

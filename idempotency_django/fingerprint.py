@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
+from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest
 from django.http.multipartparser import MultiPartParserError
@@ -17,7 +19,9 @@ Fingerprinter = Callable[[HttpRequest], str]
 
 def request_fingerprint(request: HttpRequest) -> str:
     """SHA-256 hex of the canonical request; JSON bodies in any key order or spacing agree."""
-    query = sorted(parse_qsl(request.META.get("QUERY_STRING", ""), keep_blank_values=True))
+    # By name only: the sort is stable, so a repeated parameter keeps its values' order.
+    pairs = parse_qsl(request.META.get("QUERY_STRING", ""), keep_blank_values=True)
+    query = sorted(pairs, key=lambda pair: pair[0])
     parts = [
         (request.method or "").encode(),
         request.path.encode("utf-8", "surrogatepass"),
@@ -32,22 +36,44 @@ def request_fingerprint(request: HttpRequest) -> str:
 
 
 def _canonical_body(request: HttpRequest) -> bytes:
+    media = (request.content_type or "").lower()
+    if media == "multipart/form-data" and request.method == "POST":
+        # Parsed parts, not bytes: clients pick a new random boundary when they
+        # rebuild a retry. Only POST bodies are parsed by Django. A body that fits
+        # in memory is read first so the view may still read request.body; a
+        # larger one is streamed by the parser, as it would be unprotected.
+        if _fits_in_memory(request):
+            _read_body(request)
+        return _multipart(request)
     try:
         body = request.body
     except RawPostDataException:
-        # A middleware (CsrfViewMiddleware) parsed multipart/form-data first: its stream is gone.
-        return b"form:" + _canonical_form(request)
-    media = (request.content_type or "").lower()
+        return _multipart(request)  # a middleware (CSRF) parsed the form already
     if _is_json(media):
         return _canonical_json(body)
-    if media == "multipart/form-data" and request.method == "POST":
-        # Clients pick a new random boundary when they rebuild a retry: compare
-        # the parsed parts. Django parses POST bodies only; other methods stay raw.
-        try:
-            return b"form:" + _canonical_form(request)
-        except (MultiPartParserError, ValueError):
-            return b"raw:" + body
     return b"raw:" + body
+
+
+def _fits_in_memory(request: HttpRequest) -> bool:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return False
+    return limit is None or length <= limit
+
+
+def _read_body(request: HttpRequest) -> None:
+    with contextlib.suppress(RawPostDataException):
+        request.body  # noqa: B018  (cached on the request)
+
+
+def _multipart(request: HttpRequest) -> bytes:
+    try:
+        return b"form:" + _canonical_form(request)
+    except MultiPartParserError:
+        # Malformed: whatever the view makes of it, it is one kind of request.
+        return b"form-error:"
 
 
 def _canonical_json(body: bytes) -> bytes:

@@ -39,6 +39,8 @@ class Options:
         for name in ("tenant", "key", "fingerprint"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"@idempotent({name}=...) must be a callable taking the request.")
+        if self.ttl is not None and self.lease is not None and self.lease >= self.ttl:
+            raise TypeError("@idempotent(lease=...) must be shorter than ttl=....")
         if self.methods & SAFE_METHODS:
             raise TypeError(
                 f"@idempotent(methods=...) can't protect safe methods: "

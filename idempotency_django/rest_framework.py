@@ -21,6 +21,7 @@ from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from idempotency_django import core
 from idempotency_django.conf import as_timedelta, conf
@@ -38,8 +39,6 @@ from idempotency_django.options import Options, Policy
 from idempotency_django.responses import problem_response, require_plain
 
 if TYPE_CHECKING:
-    from rest_framework.views import APIView
-
     _Base = APIView
 else:
     _Base = object
@@ -78,6 +77,16 @@ class IdempotentMixin(_Base):
     idempotency_database: ClassVar[str | None] = None
     #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
     idempotency_cache: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        mro = cls.__mro__
+        if APIView in mro and mro.index(APIView) < mro.index(IdempotentMixin):
+            # APIView.initial() would shadow the mixin's: nothing would be protected.
+            raise ImproperlyConfigured(
+                f"{cls.__qualname__}: put IdempotentMixin before the DRF view class, "
+                f"e.g. class {cls.__name__}(IdempotentMixin, ModelViewSet)."
+            )
 
     @classmethod
     def as_view(cls, *args: Any, **initkwargs: Any) -> Any:
@@ -164,7 +173,8 @@ class IdempotentMixin(_Base):
         def protected(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
             try:
                 policy = self._idempotency_policy(request, options, fingerprint)
-                tenant = self.get_idempotency_tenant(request)
+                with core.store_errors():  # the resolver may query the database
+                    tenant = self.get_idempotency_tenant(request)
                 return core.protect(
                     request._request,
                     policy,
@@ -177,12 +187,21 @@ class IdempotentMixin(_Base):
         return protected
 
     def _idempotency_policy(self, request: Request, options: Options, fingerprint: str) -> Policy:
+        ttl = as_timedelta(self.get_idempotency_ttl())
+        if ttl <= timedelta(0):
+            raise ValueError(f"{type(self).__qualname__}.get_idempotency_ttl() must be positive.")
         return replace(
             options.resolve(),
-            ttl=as_timedelta(self.get_idempotency_ttl()),
-            key=lambda _request: self.get_idempotency_key(request),
+            ttl=ttl,
+            key=self._key_extractor(request),
             fingerprint=lambda _request: fingerprint,
         )
+
+    def _key_extractor(self, request: Request) -> Callable[[Any], str | None] | None:
+        # Not overridden: the core reads the header itself (and names it in a 400).
+        if type(self).get_idempotency_key is IdempotentMixin.get_idempotency_key:
+            return None
+        return lambda _request: self.get_idempotency_key(request)
 
     def _respond(
         self,

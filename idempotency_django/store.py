@@ -220,12 +220,20 @@ def _claim_postgresql_sql(conn: BaseDatabaseWrapper, relaxed: bool) -> str:
 def _claim_generic(
     conn: BaseDatabaseWrapper, params: list[Any], tenant: str, key: str
 ) -> tuple[Any, ...] | None:
+    # SQLite serialises writers: the INSERT would queue behind a running request's
+    # transaction. Reading first lets a duplicate of that request see its claim and
+    # get 409 at once; the INSERT … ON CONFLICT still decides who claims.
+    read = _cached_sql(conn, "claim:read", lambda: _read_sql(conn))
     insert = _cached_sql(conn, "claim:insert", lambda: _insert_sql(conn))
     with conn.cursor() as cursor:
+        cursor.execute(read, [tenant, key])
+        row = cursor.fetchone()
+        if row is not None:
+            return tuple(row)
         cursor.execute(insert, params)
         if cursor.rowcount == 1:
             return ()
-        cursor.execute(_cached_sql(conn, "claim:read", lambda: _read_sql(conn)), [tenant, key])
+        cursor.execute(read, [tenant, key])
         row = cursor.fetchone()
     return None if row is None else tuple(row)
 
@@ -277,14 +285,10 @@ def take_over(
         f"{q('response_body')} = NULL, {q('locked_until')} = %s, {q('created_at')} = %s, "
         f"{q('expires_at')} = %s WHERE {target}"
     )
+    # The SET columns are the new row's, less its (tenant, key).
+    fresh = _new_row(conn, tenant, key, fingerprint, owner, now, lease, ttl)[2:]
     params = [
-        fingerprint,
-        Status.IN_PROGRESS,
-        _uuid(conn, owner),
-        "[]",
-        _dt(conn, now + lease),
-        _dt(conn, now),
-        _dt(conn, now + ttl),
+        *fresh,
         tenant,
         key,
         _dt(conn, now),

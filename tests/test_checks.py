@@ -70,10 +70,18 @@ def test_check_ids_are_unique() -> None:
     from idempotency_django import checks
 
     found = re.findall(r'"(E\d{3})"', inspect.getsource(checks))
-    assert len(found) == len(set(found)) == 10
+    assert len(found) == len(set(found)) == 11
 
 
 @pytest.mark.django_db  # Django 6.1's check command also checks the database.
 def test_manage_py_check_fails_on_a_bad_value() -> None:
     with override_settings(IDEMPOTENCY_TTL=-5), pytest.raises(SystemCheckError, match="E003"):
         call_command("check")
+
+
+def test_unsupported_database_vendor_is_e011() -> None:
+    from idempotency_django.checks import check_database_vendor
+
+    assert [m.id for m in check_database_vendor("default", "mysql")] == ["idempotency_django.E011"]
+    assert check_database_vendor("default", "postgresql") == []
+    assert check_database_vendor("default", "sqlite") == []

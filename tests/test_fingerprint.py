@@ -70,6 +70,8 @@ def test_path_query_and_method_matter(segment: str) -> None:
 def test_query_parameter_order_does_not_matter() -> None:
     assert fingerprint("{}", path="/c/?a=1&b=2") == fingerprint("{}", path="/c/?b=2&a=1")
     assert fingerprint("{}", path="/c/?a=1") != fingerprint("{}", path="/c/?a=2")
+    # getlist() order is data: a repeated parameter's values keep theirs.
+    assert fingerprint("{}", path="/c/?a=1&a=2") != fingerprint("{}", path="/c/?a=2&a=1")
 
 
 @given(st.binary(max_size=200), st.binary(max_size=200))

@@ -7,15 +7,18 @@ so that the claim commits on its own, as in production.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.utils import timezone
 
-from idempotency_django import core
+from idempotency_django import core, idempotent
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.models import IdempotencyEntry
 from tests.factories import IdempotencyEntryFactory
@@ -281,17 +284,8 @@ def test_tenants_are_isolated(client: Client) -> None:
 
 def test_unreachable_database_is_503_and_the_view_does_not_run(client: Client) -> None:
     key = new_key()
-    original = dict(connection.settings_dict)
-    connection.close()
-    if connection.vendor == "sqlite":
-        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
-    else:
-        connection.settings_dict["PORT"] = 1
-    try:
+    with unreachable_database():
         response = post(client, "/charges/", key)
-    finally:
-        connection.close()
-        connection.settings_dict.update(original)
     assert response.status_code == 503
     assert problem(response)["type"] == PROBLEM_BASE + "unavailable"
     assert charges(key) == 0
@@ -301,17 +295,8 @@ def test_unreachable_database_is_503_and_the_view_does_not_run(client: Client) -
 def test_unreachable_database_with_a_session_is_503_too(client: Client) -> None:
     client.force_login(User.objects.create_user("carol", password="pw"))
     key = new_key()
-    original = dict(connection.settings_dict)
-    connection.close()
-    if connection.vendor == "sqlite":
-        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
-    else:
-        connection.settings_dict["PORT"] = 1
-    try:
+    with unreachable_database():
         response = post(client, "/charges/", key)
-    finally:
-        connection.close()
-        connection.settings_dict.update(original)
     assert response.status_code == 503
     assert charges(key) == 0
 
@@ -336,6 +321,24 @@ def test_multipart_retry_with_a_new_boundary_is_a_replay(client: Client) -> None
         "/charges/", {"amount": "101", "note": "x"}, headers={"Idempotency-Key": key}
     )
     assert changed.status_code == 422
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10_000)
+def test_large_multipart_upload_is_protected_not_refused(client: Client) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    key = new_key()
+    upload = SimpleUploadedFile("scan.pdf", b"%PDF" + bytes(50_000))
+    first = client.post(
+        "/charges/", {"amount": "1", "file": upload}, headers={"Idempotency-Key": key}
+    )
+    upload.seek(0)
+    again = client.post(
+        "/charges/", {"amount": "1", "file": upload}, headers={"Idempotency-Key": key}
+    )
+    assert first.status_code == 201
+    assert again["Idempotent-Replayed"] == "true"
+    assert charges(key) == 1
 
 
 @override_settings(IDEMPOTENCY_CACHE="unreachable")
@@ -412,6 +415,22 @@ def test_atomic_requests_still_answers_409_to_in_flight_duplicates(client: Clien
     assert charges(key) == 1
 
 
+@contextmanager
+def unreachable_database() -> Iterator[None]:
+    """Point the default connection at nothing: the next query can't connect."""
+    original = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
+    else:
+        connection.settings_dict["PORT"] = 1
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.update(original)
+
+
 def all_charges() -> int:
     from tests.testapp.models import Charge
 
@@ -427,3 +446,34 @@ def _fingerprint_of(client: Client, key: str) -> str:
         "/charges/", json.dumps({"amount": 100}), content_type="application/json"
     )
     return request_fingerprint(request)
+
+
+def test_cache_never_outlives_the_entry(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow on_commit hook of the view's runs before ours: the time left is measured then."""
+    from django.db import transaction
+
+    from tests.testapp import views
+
+    clock = [timezone.now()]
+    monkeypatch.setattr(core, "now", lambda: clock[0])
+
+    def slow_hooks(request: Any) -> Any:
+        transaction.on_commit(lambda: clock.__setitem__(0, clock[0] + timedelta(seconds=61)))
+        return views.make_charge(request)
+
+    caches_setting = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "t"},
+    }
+    key = new_key()
+    protected = idempotent(ttl=60, lease=5)(slow_hooks)
+    with override_settings(CACHES=caches_setting, IDEMPOTENCY_CACHE="local"):
+        from django.core.cache import caches
+
+        from idempotency_django.cache import cache_key
+
+        request = RequestFactory().post(
+            "/charges/", "{}", content_type="application/json", headers={"Idempotency-Key": key}
+        )
+        assert protected(request).status_code == 201
+        assert caches["local"].get(cache_key("", key)) is None

@@ -62,6 +62,7 @@ def view(request: HttpRequest) -> HttpResponse:
         ({"tenant": 3}, "callable"),
         ({"fingerprint": "x"}, "callable"),
         ({"database": 1}, "must be a str"),
+        ({"ttl": 10, "lease": 10}, "shorter than ttl"),
     ],
 )
 def test_wrong_options_fail_when_applied(options: dict[str, Any], message: str) -> None:
@@ -139,3 +140,37 @@ def test_non_atomic_requests_stacks_on_top() -> None:
     assert "other" in marker
     with override_settings(IDEMPOTENCY_DATABASE="payments"):
         assert set(marker) == {"payments", "other"}
+
+
+def test_non_atomic_requests_below_is_kept() -> None:
+    inner = transaction.non_atomic_requests(using="other")(view)
+    marker = idempotent(inner)._non_atomic_requests  # type: ignore[attr-defined]
+    assert set(marker) == {"default", "other"}
+
+
+@pytest.mark.django_db
+def test_key_extractor_returning_a_non_str_is_a_programmer_error() -> None:
+    protected = idempotent(key=lambda request: 42)(view)  # type: ignore[arg-type,return-value]
+    request = RequestFactory().post("/x/", "{}", content_type="application/json")
+    with pytest.raises(TypeError, match="must return str or None"):
+        protected(request)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("tenant", "error"), [(7, TypeError), ("t" * 256, ValueError)])
+def test_tenant_resolver_must_return_a_short_str(tenant: Any, error: type[Exception]) -> None:
+    protected = idempotent(tenant=lambda request: tenant)(view)
+    request = RequestFactory().post(
+        "/x/", "{}", content_type="application/json", headers={"Idempotency-Key": "k"}
+    )
+    with pytest.raises(error, match="tenant"):
+        protected(request)
+    assert not IdempotencyEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_missing_key_message_with_an_extractor_does_not_name_the_header() -> None:
+    protected = idempotent(key=lambda request: None)(view)
+    response = protected(RequestFactory().post("/x/", "{}", content_type="application/json"))
+    assert response.status_code == 400
+    assert b"Idempotency-Key" not in response.content

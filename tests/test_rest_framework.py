@@ -23,6 +23,7 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 from rest_framework.authtoken.models import Token
+from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
 from idempotency_django import core
@@ -584,6 +585,28 @@ def test_wrong_attribute_fails_in_as_view(attribute: str, value: Any, message: s
     view: Any = type("Broken", (api.ChargeAPIView,), {attribute: value})
     with pytest.raises(ImproperlyConfigured, match=f"Broken.{message}"):
         view.as_view()
+
+
+def test_mixin_after_the_view_class_is_refused() -> None:
+    from rest_framework.views import APIView
+
+    from idempotency_django.rest_framework import IdempotentMixin
+
+    with pytest.raises(ImproperlyConfigured, match="put IdempotentMixin before"):
+        type("Backwards", (APIView, IdempotentMixin), {})
+
+
+@pytest.mark.parametrize("ttl", [0, -5])
+def test_non_positive_ttl_hook_is_refused(django_user_model: Any, ttl: int) -> None:
+    from rest_framework.test import force_authenticate
+
+    view: Any = type("ZeroTTL", (api.ChargeAPIView,), {"get_idempotency_ttl": lambda self: ttl})
+    request = APIRequestFactory().post(
+        "/x/", {"amount": 1}, format="json", HTTP_IDEMPOTENCY_KEY=new_key()
+    )
+    force_authenticate(request, django_user_model.objects.create_user("ttl"))
+    with pytest.raises(ValueError, match="must be positive"):
+        view.as_view()(request)
 
 
 # IDEMPOTENCY_DRF_ERROR_FORMAT = "drf"

@@ -17,6 +17,8 @@ from tests.testapp.models import Charge
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
+    if request.content_type == "multipart/form-data":
+        return request.POST.dict()
     try:
         data = json.loads(request.body or b"{}")
     except ValueError:
