@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections
+from django.db import connection, connections
 from django.test import Client
 
 from tests.testapp.models import Charge
@@ -58,3 +59,19 @@ def race(count: int, work: Callable[[int], Any], timeout: float = 60) -> list[An
         thread.join(timeout)
     assert not any(thread.is_alive() for thread in threads), "a racing thread hung"
     return results
+
+
+@contextmanager
+def unreachable_database() -> Iterator[None]:
+    """Point the default connection at nothing: the next query can't connect."""
+    original = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
+    else:
+        connection.settings_dict["PORT"] = 1
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.update(original)

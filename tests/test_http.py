@@ -7,8 +7,6 @@ so that the claim commits on its own, as in production.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +20,7 @@ from idempotency_django import core, idempotent
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.models import IdempotencyEntry
 from tests.factories import IdempotencyEntryFactory
-from tests.helpers import charges, new_key, post, problem
+from tests.helpers import charges, new_key, post, problem, unreachable_database
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = IdempotencyEntry.Status
@@ -413,22 +411,6 @@ def test_atomic_requests_still_answers_409_to_in_flight_duplicates(client: Clien
     finally:
         connection.settings_dict["ATOMIC_REQUESTS"] = False
     assert charges(key) == 1
-
-
-@contextmanager
-def unreachable_database() -> Iterator[None]:
-    """Point the default connection at nothing: the next query can't connect."""
-    original = dict(connection.settings_dict)
-    connection.close()
-    if connection.vendor == "sqlite":
-        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
-    else:
-        connection.settings_dict["PORT"] = 1
-    try:
-        yield
-    finally:
-        connection.close()
-        connection.settings_dict.update(original)
 
 
 def all_charges() -> int:

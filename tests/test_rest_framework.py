@@ -36,7 +36,7 @@ from idempotency_django.rest_framework import (
     to_api_exception,
 )
 from tests.factories import ChargeFactory, IdempotencyEntryFactory
-from tests.helpers import charges, new_key, problem, race
+from tests.helpers import charges, new_key, problem, race, unreachable_database
 from tests.testapp import api
 from tests.testapp.models import Charge
 
@@ -511,17 +511,8 @@ def test_unreachable_database_is_503_and_the_view_does_not_run() -> None:
     # The webhook view needs no authentication, which would itself need the database.
     client = Client(raise_request_exception=False)
     body = {"event_id": new_key()}
-    original = dict(connection.settings_dict)
-    connection.close()
-    if connection.vendor == "sqlite":
-        connection.settings_dict["NAME"] = "/nonexistent-dir/unreachable.sqlite3"
-    else:
-        connection.settings_dict["PORT"] = 1
-    try:
+    with unreachable_database():
         response = send(client, "post", "/api/webhook/", None, body)
-    finally:
-        connection.close()
-        connection.settings_dict.update(original)
     assert response.status_code == 503
     assert problem(response)["type"] == PROBLEM_BASE + "unavailable"
     assert charges(body["event_id"]) == 0
