@@ -61,12 +61,16 @@ def applies(request: HttpRequest, options: Options) -> bool:
     return method not in SAFE_METHODS and method in options.methods
 
 
-def protect(request: HttpRequest, policy: Policy, tenant: str, call_view: ViewCall) -> HttpResponse:
+def protect(
+    request: HttpRequest, policy: Policy, tenant_of: Callable[[], object], call_view: ViewCall
+) -> HttpResponse:
     """Answer ``request`` idempotently; raises ``IdempotencyError`` for client errors.
 
     ``request`` is the Django request (its key and fingerprint are read from it);
-    ``tenant`` was resolved by the adapter after authentication.
+    ``tenant_of()`` resolves the tenant, called once the adapter has authenticated.
     """
+    with store_errors():  # a resolver may load the session's user from the database
+        tenant = tenant_of()
     key = extract_key(request, policy)
     if key is None:
         return call_view()

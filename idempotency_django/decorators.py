@@ -114,8 +114,6 @@ def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> 
         return call_view()
     try:
         policy = options.resolve()
-        with core.store_errors():  # the resolver may load the session's user
-            tenant = policy.tenant(request)
-        return core.protect(request, policy, tenant, call_view)
+        return core.protect(request, policy, lambda: policy.tenant(request), call_view)
     except IdempotencyError as error:
         return problem_response(error)

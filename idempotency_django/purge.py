@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django import core
+from idempotency_django import core, store
 from idempotency_django.conf import conf
 from idempotency_django.models import IdempotencyEntry
 
@@ -90,10 +90,6 @@ def _q(conn: BaseDatabaseWrapper, name: str) -> str:
     return str(conn.ops.quote_name(name))
 
 
-def _table(conn: BaseDatabaseWrapper) -> str:
-    return _q(conn, IdempotencyEntry._meta.db_table)
-
-
 def _expired(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
     at = conn.ops.adapt_datetimefield_value(now)
     return _Selection(f"{_q(conn, 'expires_at')} <= %s", [at], _q(conn, "expires_at"))
@@ -142,7 +138,7 @@ def _delete_batch(conn: BaseDatabaseWrapper, selection: _Selection, limit: int) 
 
     Returns the count and, on PostgreSQL, the frontier: the largest ``order`` deleted.
     """
-    table, pk, order = _table(conn), _q(conn, "id"), selection.order
+    table, pk, order = store.table(conn), _q(conn, "id"), selection.order
     pick = f"SELECT {pk} FROM {table} WHERE {selection.where} ORDER BY {order} LIMIT %s"
     params = [*selection.params, limit]
     with conn.cursor() as cursor:
@@ -177,7 +173,7 @@ def _count_batch(
     """The ids a delete batch would take after ``after``, without deleting or keeping a lock."""
     pk = _q(conn, "id")
     sql = (
-        f"SELECT {pk} FROM {_table(conn)} WHERE {selection.where} AND {pk} > %s "
+        f"SELECT {pk} FROM {store.table(conn)} WHERE {selection.where} AND {pk} > %s "
         f"ORDER BY {pk} LIMIT %s"
     )
     if conn.vendor == "postgresql":

@@ -173,12 +173,10 @@ class IdempotentMixin(_Base):
         def protected(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
             try:
                 policy = self._idempotency_policy(request, options, fingerprint)
-                with core.store_errors():  # the resolver may query the database
-                    tenant = self.get_idempotency_tenant(request)
                 return core.protect(
                     request._request,
                     policy,
-                    tenant,
+                    lambda: self.get_idempotency_tenant(request),
                     lambda: self._respond(handler, policy.database, request, args, kwargs),
                 )
             except IdempotencyError as error:

@@ -1,7 +1,7 @@
 """Every SQL statement the protocol issues, one small function each.
 
-PostgreSQL answers "claim or show me the existing entry" in one statement; other
-backends (SQLite) use an INSERT then a SELECT. Writes that follow a claim are
+PostgreSQL answers "claim or show me the existing entry" in one statement; SQLite
+reads first, then inserts (it serialises writers: see ``_claim_generic``). Writes that follow a claim are
 fenced on the claim's owner token, so a claim that was taken over can't write.
 """
 
@@ -59,8 +59,13 @@ class Existing:
         return lease_over or self.expires_at <= now
 
 
-def _table(conn: BaseDatabaseWrapper) -> str:
-    return conn.ops.quote_name(IdempotencyEntry._meta.db_table)
+def table(conn: BaseDatabaseWrapper) -> str:
+    """The entries' table name, quoted for ``conn``."""
+    return str(conn.ops.quote_name(IdempotencyEntry._meta.db_table))
+
+
+def _select_list(conn: BaseDatabaseWrapper) -> str:
+    return ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
 
 
 def _dt(conn: BaseDatabaseWrapper, value: datetime) -> Any:
@@ -117,7 +122,7 @@ def _insert_sql(conn: BaseDatabaseWrapper, returning: str = "") -> str:
     cols = ", ".join(conn.ops.quote_name(c) for c in _INSERT_COLUMNS)
     marks = ", ".join(["%s"] * len(_INSERT_COLUMNS))
     return (
-        f"INSERT INTO {_table(conn)} ({cols}) VALUES ({marks}) "
+        f"INSERT INTO {table(conn)} ({cols}) VALUES ({marks}) "
         f"ON CONFLICT ({conn.ops.quote_name('tenant')}, {conn.ops.quote_name('key')}) "
         f"DO NOTHING{returning}"
     )
@@ -207,13 +212,13 @@ _RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
 
 def _claim_postgresql_sql(conn: BaseDatabaseWrapper, relaxed: bool) -> str:
-    cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
     inserted = _RELAXED_COMMIT if relaxed else "true"
     return (
         f"WITH ins AS ({_insert_sql(conn, ' RETURNING 1')}) "
         f"SELECT {inserted}, NULL::text, NULL::text, NULL::uuid, NULL::int, NULL::jsonb, "
         f"NULL::bytea, NULL::timestamptz, NULL::timestamptz FROM ins "
-        f"UNION ALL SELECT false, {cols} FROM {_table(conn)} WHERE {_where_key(conn)}"
+        f"UNION ALL SELECT false, {_select_list(conn)} FROM {table(conn)} "
+        f"WHERE {_where_key(conn)}"
     )
 
 
@@ -239,8 +244,7 @@ def _claim_generic(
 
 
 def _read_sql(conn: BaseDatabaseWrapper) -> str:
-    cols = ", ".join(conn.ops.quote_name(c) for c in _COLUMNS)
-    return f"SELECT {cols} FROM {_table(conn)} WHERE {_where_key(conn)}"
+    return f"SELECT {_select_list(conn)} FROM {table(conn)} WHERE {_where_key(conn)}"
 
 
 _SQL: dict[tuple[str, str], str] = {}
@@ -276,11 +280,11 @@ def take_over(
     target = f"{_where_key(conn)} AND {dead}"
     if conn.features.has_select_for_update_skip_locked:
         target = (
-            f"{q('id')} = (SELECT {q('id')} FROM {_table(conn)} WHERE {target} "
+            f"{q('id')} = (SELECT {q('id')} FROM {table(conn)} WHERE {target} "
             f"FOR UPDATE SKIP LOCKED)"
         )
     sql = (
-        f"UPDATE {_table(conn)} SET {q('fingerprint')} = %s, {q('status')} = %s, "
+        f"UPDATE {table(conn)} SET {q('fingerprint')} = %s, {q('status')} = %s, "
         f"{q('owner')} = %s, {q('response_status')} = NULL, {q('response_headers')} = %s, "
         f"{q('response_body')} = NULL, {q('locked_until')} = %s, {q('created_at')} = %s, "
         f"{q('expires_at')} = %s WHERE {target}"
@@ -308,13 +312,13 @@ def lock(claim: Claim, now: datetime, lease: timedelta) -> bool:
     with conn.cursor() as cursor:
         if conn.features.has_select_for_update:
             cursor.execute(
-                f"SELECT 1 FROM {_table(conn)} WHERE {_where_owner(conn)} FOR UPDATE", params
+                f"SELECT 1 FROM {table(conn)} WHERE {_where_owner(conn)} FOR UPDATE", params
             )
             return cursor.fetchone() is not None
         # SQLite has no row locks: a write takes the database's write lock instead.
         q = conn.ops.quote_name
         cursor.execute(
-            f"UPDATE {_table(conn)} SET {q('locked_until')} = %s WHERE {_where_owner(conn)}",
+            f"UPDATE {table(conn)} SET {q('locked_until')} = %s WHERE {_where_owner(conn)}",
             [_dt(conn, now + lease), *params],
         )
         return bool(cursor.rowcount == 1)
@@ -327,7 +331,7 @@ def record(
     conn = connections[claim.using]
     q = conn.ops.quote_name
     sql = (
-        f"UPDATE {_table(conn)} SET {q('status')} = %s, {q('response_status')} = %s, "
+        f"UPDATE {table(conn)} SET {q('status')} = %s, {q('response_status')} = %s, "
         f"{q('response_headers')} = %s, {q('response_body')} = %s, {q('locked_until')} = %s, "
         f"{q('expires_at')} = %s WHERE {_where_owner(conn)}"
     )
@@ -356,7 +360,7 @@ def release(claim: Claim) -> None:
     conn = connections[claim.using]
     with conn.cursor() as cursor:
         cursor.execute(
-            f"DELETE FROM {_table(conn)} WHERE {_where_owner(conn)} "
+            f"DELETE FROM {table(conn)} WHERE {_where_owner(conn)} "
             f"AND {conn.ops.quote_name('status')} = %s",
             [claim.tenant, claim.key, _uuid(conn, claim.owner), Status.IN_PROGRESS],
         )
