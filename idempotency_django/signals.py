@@ -1,0 +1,69 @@
+"""Django signals: the single source of the library's events.
+
+Metrics (``contrib.prometheus``, ``contrib.opentelemetry``) and log lines are
+receivers of these. They are sent with :func:`send`, which logs a receiver's
+exception and never lets it change an answer.
+
+``outcome`` is sent once per protected request, task or call, with:
+
+- ``sender``: ``"http"``, ``"task"`` or ``"call"``;
+- ``outcome``: one of :data:`OUTCOMES`;
+- ``method`` and ``route`` (``None`` outside HTTP; route is the URL pattern's
+  name or the view's dotted name, never the path: labels stay bounded);
+- ``status``: the HTTP status answered (``None`` for tasks and calls);
+- ``stored``: for ``executed``, whether the answer was stored (``False`` for a
+  transient answer or an exception); otherwise ``None``;
+- ``source``: for ``replayed``, ``"database"`` or ``"cache"``; otherwise ``None``;
+- ``protocol``: ``"lock"`` or ``"lease"`` (``None`` when no claim was tried);
+- ``claim_seconds``: time spent claiming (``None`` when no claim was tried);
+- ``waited_seconds``: time spent waiting for an in-flight duplicate (0 if none);
+- ``total_seconds``: the whole protected call;
+- ``key_digest``: :func:`key_digest` of (tenant, key), never the key itself
+  (``None`` when the request carried no usable key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any, Final
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("idempotency_django")
+
+EXECUTED: Final = "executed"
+REPLAYED: Final = "replayed"
+IN_PROGRESS: Final = "in_progress"
+KEY_REUSED: Final = "key_reused"
+KEY_MISSING: Final = "key_missing"
+KEY_MALFORMED: Final = "key_malformed"
+UNAVAILABLE: Final = "unavailable"
+OUTCOMES: Final = frozenset(
+    {EXECUTED, REPLAYED, IN_PROGRESS, KEY_REUSED, KEY_MISSING, KEY_MALFORMED, UNAVAILABLE}
+)
+
+#: One per protected request, task or call; see the module docstring.
+outcome = Signal()
+#: One per reclaimed entry batch: ``how`` ("takeover", "purge", "admin"), ``count``, ``database``.
+entry_reclaimed = Signal()
+#: One per purge run: ``expired``, ``abandoned``, ``dry_run``, ``database``, ``seconds``.
+purge_finished = Signal()
+#: One per replay-cache failure: ``alias``, ``operation`` ("get" or "set"), ``error``.
+cache_failed = Signal()
+
+
+def send(signal: Signal, sender: object, **kwargs: Any) -> None:
+    """Send ``signal``; a receiver that raises is logged, never propagated."""
+    if not signal.has_listeners(sender):
+        return
+    for receiver, result in signal.send_robust(sender, **kwargs):
+        if isinstance(result, Exception):
+            logger.error("idempotency signal receiver %r raised", receiver, exc_info=result)
+
+
+def key_digest(tenant: str, key: str) -> str:
+    """A short, stable SHA-256 prefix of (tenant, key) for logs: never the key itself."""
+    data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:12]
