@@ -1,0 +1,90 @@
+"""Signal receivers to connect around a measured request, and to disconnect after it.
+
+The library's own receivers (``idempotency_django.contrib.prometheus`` and
+``contrib.opentelemetry``, issue 13) when this checkout has them and their
+libraries are installed; otherwise a stand-in doing the same kind of work per
+outcome (a labelled counter and two histogram observations under a lock, six
+span-like attributes), named as such in the table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib.util
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from idempotency_django import signals
+
+Toggle = tuple[Callable[[], None], Callable[[], None]]
+
+
+def available() -> tuple[str, list[Toggle]]:
+    """What will be connected (a label for the table) and its connect/disconnect pairs."""
+    toggles: list[Toggle] = []
+    names: list[str] = []
+    if _importable("idempotency_django.contrib.prometheus", "prometheus_client"):
+        from idempotency_django.contrib.prometheus import (  # type: ignore[import-not-found, unused-ignore]
+            metrics,
+        )
+
+        found = metrics.default_metrics()
+        toggles.append((found.connect, found.disconnect))
+        names.append("contrib.prometheus")
+    if _importable("idempotency_django.contrib.opentelemetry", "opentelemetry.metrics"):
+        from idempotency_django.contrib.opentelemetry import (  # type: ignore[import-not-found, unused-ignore]
+            receivers,
+        )
+
+        otel = receivers.default_receivers()
+        toggles.append((otel.connect, otel.disconnect))
+        names.append("contrib.opentelemetry (API only, no SDK)")
+    if not toggles:
+        stand_in = StandIn()
+        toggles.append((stand_in.connect, stand_in.disconnect))
+        names.append("stand-in receiver (contrib.prometheus/opentelemetry not on this checkout)")
+    return " + ".join(names), toggles
+
+
+def _importable(*modules: str) -> bool:
+    try:
+        return all(importlib.util.find_spec(module) is not None for module in modules)
+    except ModuleNotFoundError:
+        return False
+
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StandIn:
+    """What a Prometheus plus an OpenTelemetry receiver do per outcome, without either."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[tuple[str, ...], int] = {}
+        self.histograms: dict[tuple[str, ...], list[float]] = {}
+        self.attributes: dict[str, Any] = {}
+
+    def on_outcome(self, sender: object, **fields: Any) -> None:
+        labels = (str(fields.get("outcome")), str(fields.get("method")), str(fields.get("route")))
+        with self.lock:
+            self.counts[labels] = self.counts.get(labels, 0) + 1
+        for name in ("total_seconds", "claim_seconds"):
+            value = fields.get(name)
+            if value is not None:
+                self._observe((name, *labels[:1]), float(value))
+        for name in ("outcome", "protocol", "source", "stored", "claim_seconds", "key_digest"):
+            self.attributes[f"idempotency.{name}"] = fields.get(name)
+
+    def _observe(self, labels: tuple[str, ...], value: float) -> None:
+        with self.lock:
+            buckets = self.histograms.setdefault(labels, [0.0] * (len(_BUCKETS) + 2))
+            buckets[bisect.bisect_left(_BUCKETS, value)] += 1
+            buckets[-1] += value
+
+    def connect(self) -> None:
+        signals.outcome.connect(self.on_outcome, weak=False, dispatch_uid=f"bench-{id(self)}")
+
+    def disconnect(self) -> None:
+        signals.outcome.disconnect(dispatch_uid=f"bench-{id(self)}")
