@@ -5,10 +5,12 @@ After an error the alias is left alone for ``PAUSE`` seconds (per process): a
 frozen Redis then costs one socket timeout per pause, not one or two per
 request, and one warning instead of a flood.
 
-A first execution pays a GET (the miss) and a SET (after the commit). On
-django-redis both go straight to its redis-py client (one command each, the SET
-with ``PX`` so the lifetime keeps its milliseconds), skipping the cache API's
-per-call layers; any other backend goes through Django's cache API. The answer
+A first execution pays a GET (the miss) and a SET (after the commit); during a
+WSGI request the SET is sent once the response has gone out, so the client
+waits for the GET alone. On django-redis both go straight to its redis-py
+client (one command each, the SET with ``PX`` so the lifetime keeps its
+milliseconds), skipping the cache API's per-call layers; any other backend
+goes through Django's cache API. The answer
 is stored in a compact binary layout (:func:`encode`), wrapped as a pickled
 ``bytes`` so that django-redis's own ``get`` still reads it.
 """
@@ -21,12 +23,14 @@ import logging
 import pickle
 import struct
 import sys
+import threading
 import time
 import weakref
 from datetime import timedelta
 from typing import Any
 
 from django.core.cache import BaseCache, caches
+from django.core.signals import request_finished, request_started
 
 from idempotency_django import signals
 from idempotency_django.responses import StoredResponse
@@ -58,15 +62,64 @@ def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
 def put(
     alias: str, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl: timedelta
 ) -> None:
-    """Cache a committed final answer for the rest of its TTL."""
-    milliseconds = int(ttl.total_seconds() * 1000)
-    if milliseconds < 1000 or _paused(alias):
+    """Cache a committed final answer for the rest of its TTL.
+
+    During a WSGI request the write waits for the end of the request (Django's
+    ``request_finished``, sent once the server has sent the response), so the
+    client doesn't wait for it; elsewhere it is written at once.
+    """
+    if ttl.total_seconds() < 1 or _paused(alias):
         return  # about to expire, or the cache is away
-    try:
-        _store(alias).set(cache_key(tenant, key), encode(fingerprint, response), milliseconds)
-    except Exception:
-        logger.warning(_UNREACHABLE, alias, "answer not cached", PAUSE, exc_info=True)
-        _failed(alias, "set")
+    write = _Write(alias, cache_key(tenant, key), encode(fingerprint, response), ttl)
+    deferred: list[_Write] | None = getattr(_request, "deferred", None)
+    if deferred is None:
+        write.send()
+    else:
+        deferred.append(write)
+
+
+class _Write:
+    """A SET to send, its lifetime counted from when it was asked for."""
+
+    def __init__(self, alias: str, name: str, value: bytes, ttl: timedelta) -> None:
+        self.alias, self.name, self.value = alias, name, value
+        self.deadline = time.monotonic() + ttl.total_seconds()
+
+    def send(self) -> None:
+        milliseconds = int((self.deadline - time.monotonic()) * 1000)
+        if milliseconds < 1000 or _paused(self.alias):
+            return
+        try:
+            _store(self.alias).set(self.name, self.value, milliseconds)
+        except Exception:
+            logger.warning(_UNREACHABLE, self.alias, "answer not cached", PAUSE, exc_info=True)
+            _failed(self.alias, "set")
+
+
+# -- writes after the response -----------------------------------------------------
+# Per thread: a WSGI request runs start to finish in one thread. ASGI requests
+# (request_started without ``environ``) write at once.
+_request = threading.local()
+
+
+def _request_started(sender: object, environ: object = None, **kwargs: object) -> None:
+    _flush()  # left by a request whose end this thread never saw
+    _request.deferred = [] if environ is not None else None
+
+
+def _request_finished(sender: object, **kwargs: object) -> None:
+    _flush()
+
+
+def _flush() -> None:
+    deferred: list[_Write] | None = getattr(_request, "deferred", None)
+    _request.deferred = None
+    for write in deferred or ():
+        write.send()
+
+
+request_started.connect(_request_started, dispatch_uid="idempotency_django.cache.started")
+request_finished.connect(_request_finished, dispatch_uid="idempotency_django.cache.finished")
 
 
 # -- the stored value ---------------------------------------------------------------
