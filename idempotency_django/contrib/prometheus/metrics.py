@@ -22,7 +22,6 @@ REQUEST_BUCKETS: Final = (
     *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
     *(0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
-KINDS: Final = ("task", "call")
 RECLAIM_WAYS: Final = ("takeover", "purge", "admin")
 PURGED_KINDS: Final = ("expired", "abandoned")
 CACHE_OPERATIONS: Final = ("get", "set")
@@ -76,9 +75,7 @@ class Metrics:
 
     def _bind_known(self) -> None:
         # Bound at start: each series then exists at 0, so rate() sees its first increment.
-        for kind in KINDS:
-            for outcome in signals.OUTCOMES:
-                self._child(self.calls, kind, outcome)
+        # Requests and calls are bound on first use: their routes are not known here.
         for protocol in PROTOCOLS:
             self._child(self.claim_seconds, protocol)
         for how in RECLAIM_WAYS:
