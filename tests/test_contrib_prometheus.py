@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from django.test import Client, override_settings
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -215,3 +217,22 @@ def test_importing_the_package_imports_no_prometheus() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_the_documented_alert_rules_use_real_metrics(registry: CollectorRegistry) -> None:
+    rules_file = Path(__file__).resolve().parent.parent / "docs" / "monitoring-alerts.yml"
+    groups = yaml.safe_load(rules_file.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert {rule["alert"] for rule in rules} >= {
+        "IdempotencyKeyReuseRateHigh",
+        "IdempotencyReclaimRateHigh",
+    }
+    Metrics(registry)
+    exported = {sample.name for family in registry.collect() for sample in family.samples}
+    exported |= {family.name + "_total" for family in registry.collect()}
+    for rule in rules:
+        used = set(re.findall(r"\bidempotency_[a-z_]+", rule["expr"]))
+        assert used, rule["alert"]
+        assert used <= exported, f"{rule['alert']} uses unknown metrics {used - exported}"
+        for value in re.findall(r'outcome="([a-z_]+)"', rule["expr"]):
+            assert value in signals.OUTCOMES

@@ -96,7 +96,7 @@ class Receivers:
         if fields.get("dry_run"):
             return
         for kind in ("expired", "abandoned"):
-            self.purged.add(fields.get(kind, 0), self._cached(("purged", kind)))
+            self.purged.add(fields.get(kind, 0), self._cached(("purge.kind", kind)))
 
     def on_cache_failed(self, sender: object, **fields: Any) -> None:
         operation = str(fields.get("operation"))
