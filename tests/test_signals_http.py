@@ -523,7 +523,7 @@ EXPECTED_ANSWERS = [
 ]
 
 
-def test_the_table_without_receivers(client: Client) -> None:
+def test_the_table_answers_as_specified(client: Client) -> None:
     assert answers(client) == EXPECTED_ANSWERS
 
 
