@@ -103,8 +103,9 @@ def _detail(fields: dict[str, Any]) -> str:
 def _where(sender: object, fields: dict[str, Any]) -> str:
     if sender != "http":
         return str(sender)
-    status = fields.get("status")
-    return f"{fields.get('method')} {fields.get('route')} -> {status if status else '-'}"
+    # No status: the view raised, and Django (not the library) answers the exception.
+    status = fields.get("status") or "exception"
+    return f"{fields.get('method')} {fields.get('route')} -> {status}"
 
 
 def _timings(fields: dict[str, Any]) -> str:

@@ -79,6 +79,15 @@ def test_discarded_execution_says_so(logged: pytest.LogCaptureFixture) -> None:
     )
 
 
+def test_a_view_that_raised_has_no_status(logged: pytest.LogCaptureFixture) -> None:
+    send_outcome(status=None, stored=False)
+    assert (
+        logged.records[0]
+        .getMessage()
+        .startswith("idempotency executed (discarded): POST create-charge -> exception,")
+    )
+
+
 def test_replay_names_its_source_and_waiting_is_shown(logged: pytest.LogCaptureFixture) -> None:
     send_outcome(outcome=signals.REPLAYED, stored=None, source="cache", waited_seconds=0.25)
     (record,) = logged.records
