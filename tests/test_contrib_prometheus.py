@@ -20,6 +20,7 @@ from idempotency_django.contrib.prometheus import metrics as prometheus_metrics
 from idempotency_django.contrib.prometheus.apps import PrometheusConfig
 from idempotency_django.contrib.prometheus.metrics import Metrics
 from idempotency_django.contrib.prometheus.views import registry as view_registry
+from tests.helpers import new_key, post
 
 
 @pytest.fixture
@@ -172,20 +173,37 @@ def test_the_app_connects_the_default_registry() -> None:
         prometheus_metrics.default_metrics().disconnect()
 
 
+@pytest.mark.django_db
 @override_settings(ROOT_URLCONF="sample_project.urls", ALLOWED_HOSTS=["*"])
-def test_the_sample_serves_metrics_as_prometheus_text() -> None:
+def test_the_sample_counts_the_readme_curl_sent_twice() -> None:
+    """What ``make run`` shows: the counters of /metrics move with each answer."""
+    client, key = Client(), new_key()
     metrics = prometheus_metrics.connect()
     try:
-        outcome(route="sample-metrics-test")
-        response = Client().get("/metrics")
+        before = exported(client)
+        for _ in range(2):
+            post(client, "/charges/", key, {"amount": 1000, "currency": "eur"})
+        after = exported(client)
     finally:
         metrics.disconnect()
+    for outcome_name in ("executed", "replayed"):
+        series = (
+            "idempotency_requests_total"
+            f'{{method="POST",outcome="{outcome_name}",route="create-charge"}}'
+        )
+        assert after[series] == before.get(series, 0) + 1
+
+
+def exported(client: Client) -> dict[str, float]:
+    response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
-    assert (
-        b'idempotency_requests_total{method="POST",outcome="executed",route="sample-metrics-test"}'
-        in response.content
-    )
+    lines = response.content.decode().splitlines()
+    return {
+        series: float(value)
+        for series, _, value in (line.rpartition(" ") for line in lines)
+        if series.startswith("idempotency_")
+    }
 
 
 @override_settings(ROOT_URLCONF="sample_project.urls", ALLOWED_HOSTS=["*"])
