@@ -38,7 +38,9 @@ class Metrics:
         self.requests = counter(
             "idempotency_requests",
             "Protected HTTP requests by outcome.",
-            *("outcome", "method", "route"),
+            "outcome",
+            "method",
+            "route",
         )
         self.calls = counter(
             "idempotency_calls", "Idempotent tasks and calls by outcome.", "kind", "outcome"
