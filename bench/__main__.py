@@ -62,9 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.purge:
         _purge(report)
     report.meta["load_after"] = _load()
-    print(report.render())
+    table = report.render()
+    print(table)
     report.write(args.output)
-    print(f"\nfigures written to {args.output}")
+    args.output.with_suffix(".txt").write_text(table + "\n")
+    print(f"\nfigures written to {args.output} and {args.output.with_suffix('.txt')}")
     return 0
 
 
@@ -179,7 +181,7 @@ def _added(s: dict[str, Series], protocol: str, prefix: str = "") -> Series:
 
 
 def _floor(s: dict[str, Series], protocol: str, binding: str = "floor") -> Series:
-    return _minus(s[f"{binding}_{protocol}"], s[f"{binding}_reference"])
+    return s[f"{binding}_{protocol}"]
 
 
 def _side_by_side(report: Report, s: dict[str, Series]) -> None:
@@ -190,6 +192,8 @@ def _side_by_side(report: Report, s: dict[str, Series]) -> None:
         report.timing(SIDE, protocol, f"{protocol}: first execution", s[protocol])
         report.timing(SIDE, f"added_{protocol}", f"{protocol}: added latency", added)
     report.ratio(SIDE, "lock_over_lease", "added latency, lock / lease", _over(lock, lease))
+    reference = "business transaction alone, psycopg (for scale)"
+    report.timing(SIDE, "floor_reference", reference, s["floor_reference"])
     report.timing(SIDE, "floor_lock", "floor lock: +INSERT +UPDATE in the txn", _floor(s, "lock"))
     report.timing(
         SIDE, "floor_lease", "floor lease: +INSERT committed first, +UPDATE", _floor(s, "lease")
@@ -236,6 +240,13 @@ def _where_it_goes(report: Report, s: dict[str, Series]) -> None:
         report.timing(WHERE, f"sql_added_{protocol}", f"  SQL added by {protocol}", sql_added)
         label = "  share of its added latency spent in SQL"
         report.add(WHERE, Row(f"sql_share_{protocol}", label, share.median, "%", share.spread))
+        own = s[f"own_sql_{protocol}"]
+        label = f"  {protocol}'s own statements alone (the floor's way of timing)"
+        report.timing(WHERE, f"own_sql_{protocol}", label, own)
+        floor = _floor(s, protocol, "floor_django")
+        ratio = _over(own, floor)
+        label = "  / its floor bound like Django: the statements' own weight"
+        report.ratio(WHERE, f"own_sql_{protocol}_over_floor", label, ratio)
 
 
 def _prepared(report: Report, s: dict[str, Series]) -> None:
@@ -259,6 +270,11 @@ def _cache(report: Report, s: dict[str, Series]) -> None:
         )
     saved = _minus(s["lock_cached_before"], s["lock_cached"])
     report.timing(CACHE, "cache_saved", "saved (before - now)", saved)
+    ops = "alone: GET (miss) + SET of one answer"
+    report.timing(CACHE, "ops_cache_before", f"{ops}, main's cache.py", s["ops_cache_before"])
+    report.timing(CACHE, "ops_cache_now", f"{ops}, now", s["ops_cache_now"])
+    get = "alone: the GET a WSGI client waits for, now (SET after the response)"
+    report.timing(CACHE, "ops_cache_now_get", get, s["ops_cache_now_get"])
     report.timing(CACHE, "added_lock_nocache", "lock: added latency, no cache", _added(s, "lock"))
     for case, label in (("lock_cached", "now"), ("lock_cached_before", "main's cache.py")):
         added = _minus(s[case], s["unprotected"])
@@ -284,6 +300,14 @@ def _observed(report: Report, s: dict[str, Series], observed: str) -> None:
         OBSERVED,
         Row("receivers_growth", "growth of the added latency", growth.median, "%", growth.spread),
     )
+    quiet, loud = s["ops_signal_quiet"], s["ops_signal_observed"]
+    report.timing(
+        OBSERVED, "ops_signal_quiet", "alone: one outcome signal, log receiver only", quiet
+    )
+    report.timing(OBSERVED, "ops_signal_observed", "alone: one outcome signal, receivers on", loud)
+    share = per_round(lambda o, q, a: 100 * (o - q) / a, loud, quiet, added)
+    label = "receivers' own time / added latency"
+    report.add(OBSERVED, Row("receivers_share", label, share.median, "%", share.spread))
 
 
 def _outbox(report: Report, s: dict[str, Series], counts: dict[str, int]) -> None:
@@ -442,6 +466,7 @@ def _targets(report: Report) -> None:
         ("http_lock_over_floor", "lock: added latency / floor (HTTP)", 1.0, True),
         ("lock_over_floor", "  stretch (in-process)", 0.7, True),
         ("receivers_growth", "receivers on: growth of the added latency", 5.0, True),
+        ("receivers_share", "receivers on: their own time / added latency", 5.0, True),
         ("statements_replay_pg_lock", "replay from PostgreSQL: SQL statements", 1, True),
         ("statements_replay_redis", "replay from Redis: SQL statements", 0, True),
         ("storm_executions", "executions per one-key storm", 1, True),

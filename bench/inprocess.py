@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
-from bench import cache_before, receivers
+from bench import cache_before, micro, receivers
 from bench.floor import floor_samples
 from bench.holding import Holder
 from bench.measure import Sample, Series, sweep, timed
@@ -52,7 +53,7 @@ class Requests:
         self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
         self.holders = {protocol: _holder(f"/held/{protocol}/") for protocol in PROTOCOLS}
         self.cached: dict[str, list[str]] = {}
-        self.receivers, self.toggles = receivers.available()
+        self.receivers = receivers.available()
 
     def post(self, path: str, key: str, **headers: str) -> HttpResponseBase:
         return self.client.post(
@@ -108,13 +109,12 @@ class Requests:
         return sample
 
     def observed(self) -> float:
-        for connect, _ in self.toggles:
-            connect()
+        self.receivers.connect()
         try:
-            return self.protected("lock")()
+            with self.receivers.around():
+                return self.protected("lock")()
         finally:
-            for _, disconnect in self.toggles:
-                disconnect()
+            self.receivers.disconnect()
 
     def close(self) -> None:
         for holder in self.holders.values():
@@ -182,6 +182,26 @@ class SqlReplay:
         return timed(work)
 
 
+class OwnStatements(SqlReplay):
+    """The same replay, timing only the protocol's own statements (not the view's, not BEGIN/COMMIT).
+
+    What the floor times, for the statements the protocol really sends.
+    """
+
+    def __call__(self) -> float:
+        fresh = str(uuid.uuid4())
+        spent = 0.0
+        for sql in self.sent:
+            own = sql.strip().upper() not in TRANSACTION_CONTROL and BUSINESS_TABLE not in sql
+            started = time.perf_counter()
+            self.cursor.execute(sql.replace(self.key, fresh))
+            spent += time.perf_counter() - started if own else 0.0
+        return spent
+
+
+BUSINESS_TABLE = '"testapp_charge"'
+
+
 def capture_first(requests: Requests, path: str) -> tuple[str, list[str]]:
     key = str(uuid.uuid4())
     return key, statements(lambda: requests.post(path, key))
@@ -199,6 +219,8 @@ def sql_samples(url: str, requests: Requests) -> Iterator[dict[str, Sample]]:
         ):
             key, sent = capture_first(requests, path)
             samples[f"sql_{name}"] = SqlReplay(conn, key, sent)
+            if name != "unprotected":
+                samples[f"own_sql_{name}"] = OwnStatements(conn, key, sent)
         yield samples
 
 
@@ -234,6 +256,7 @@ def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[
                 **{f"replay_pg_{p}": requests.replay_pg(p) for p in PROTOCOLS},
                 **{f"conflict_{p}": requests.conflict(p) for p in PROTOCOLS},
                 "lock_observed": requests.observed,
+                **micro.signal_samples(requests.receivers),
                 "unprotected_prepared": requests.first("/prepared/unprotected/"),
                 "lock_prepared": requests.first("/prepared/lock/"),
                 **stack.enter_context(floor_samples(url)),
@@ -247,11 +270,12 @@ def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[
         found = counts(requests)
     finally:
         requests.close()
-    return series, found, requests.receivers
+    return series, found, requests.receivers.label
 
 
 def _cache_cases(requests: Requests) -> dict[str, Sample]:
     return {
+        **micro.cache_samples("replay"),
         "lock_cached": requests.cached_first("/cached/"),
         "lock_cached_before": requests.cached_first("/cached/", cache_before),
         "lock_cached_generic": requests.cached_first("/cached-generic/"),

@@ -5,14 +5,23 @@ The library's own receivers (``idempotency_django.contrib.prometheus`` and
 libraries are installed; otherwise a stand-in doing the same kind of work per
 outcome (a labelled counter and two histogram observations under a lock, six
 span-like attributes), named as such in the table.
+
+OpenTelemetry is measured as it runs in production: with the SDK's meter and
+tracer providers installed (metrics aggregated in memory) and a recording
+span current during the request, started and ended outside the timed part.
+The library's log receiver is always connected (``AppConfig.ready()``), so it
+is part of both sides.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import importlib.util
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
 from idempotency_django import signals
@@ -20,31 +29,68 @@ from idempotency_django import signals
 Toggle = tuple[Callable[[], None], Callable[[], None]]
 
 
-def available() -> tuple[str, list[Toggle]]:
-    """What will be connected (a label for the table) and its connect/disconnect pairs."""
-    toggles: list[Toggle] = []
+@dataclass
+class Receivers:
+    """What is connected (a label for the table), how, and what to run the request in."""
+
+    label: str
+    toggles: list[Toggle]
+    around: Callable[[], AbstractContextManager[object]] = field(default=contextlib.nullcontext)
+
+    def connect(self) -> None:
+        for connect, _ in self.toggles:
+            connect()
+
+    def disconnect(self) -> None:
+        for _, disconnect in self.toggles:
+            disconnect()
+
+
+def available() -> Receivers:
+    found = Receivers("", [])
     names: list[str] = []
     if _importable("idempotency_django.contrib.prometheus", "prometheus_client"):
         from idempotency_django.contrib.prometheus import (  # type: ignore[import-not-found, unused-ignore]
             metrics,
         )
 
-        found = metrics.default_metrics()
-        toggles.append((found.connect, found.disconnect))
+        prometheus = metrics.default_metrics()
+        found.toggles.append((prometheus.connect, prometheus.disconnect))
         names.append("contrib.prometheus")
     if _importable("idempotency_django.contrib.opentelemetry", "opentelemetry.metrics"):
+        sdk = _opentelemetry_sdk()
         from idempotency_django.contrib.opentelemetry import (  # type: ignore[import-not-found, unused-ignore]
             receivers,
         )
 
         otel = receivers.default_receivers()
-        toggles.append((otel.connect, otel.disconnect))
-        names.append("contrib.opentelemetry (API only, no SDK)")
-    if not toggles:
+        found.toggles.append((otel.connect, otel.disconnect))
+        if sdk is not None:
+            found.around = sdk
+            names.append("contrib.opentelemetry (SDK, recording span)")
+        else:
+            names.append("contrib.opentelemetry (API only: no SDK installed)")
+    if not found.toggles:
         stand_in = StandIn()
-        toggles.append((stand_in.connect, stand_in.disconnect))
+        found.toggles.append((stand_in.connect, stand_in.disconnect))
         names.append("stand-in receiver (contrib.prometheus/opentelemetry not on this checkout)")
-    return " + ".join(names), toggles
+    found.label = " + ".join(names)
+    return found
+
+
+def _opentelemetry_sdk() -> Callable[[], AbstractContextManager[object]] | None:
+    """Install the SDK's providers (before the receivers make their instruments)."""
+    if not _importable("opentelemetry.sdk"):
+        return None
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    trace.set_tracer_provider(TracerProvider())
+    tracer = trace.get_tracer("bench")
+    return lambda: tracer.start_as_current_span("POST /lock/", kind=trace.SpanKind.SERVER)
 
 
 def _importable(*modules: str) -> bool:
