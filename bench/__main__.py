@@ -247,6 +247,20 @@ def _where_it_goes(report: Report, s: dict[str, Series]) -> None:
         ratio = _over(own, floor)
         label = "  / its floor bound like Django: the statements' own weight"
         report.ratio(WHERE, f"own_sql_{protocol}_over_floor", label, ratio)
+        if protocol == "lock":
+            _own_statements(report, s)
+
+
+def _own_statements(report: Report, s: dict[str, Series]) -> None:
+    pairs = (
+        ("claim", "own_claim_lock", "floor_django_insert", "the claim (lock, INSERT, SELECT)"),
+        ("record", "own_record_lock", "floor_django_update", "the record (UPDATE)"),
+    )
+    for name, own, floor, label in pairs:
+        report.timing(WHERE, own, f"    {label}", s[own])
+        report.timing(WHERE, floor, f"    the floor's {name}, bound like Django", s[floor])
+    report.timing(WHERE, "commit_lock", "  its COMMIT", s["commit_lock"])
+    report.timing(WHERE, "commit_unprotected", "  the reference's COMMIT", s["commit_unprotected"])
 
 
 def _prepared(report: Report, s: dict[str, Series]) -> None:

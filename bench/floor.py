@@ -76,6 +76,8 @@ def _samplers(
         f"{prefix}_reference": lambda: _reference(conn, cursor()),
         f"{prefix}_lock": lambda: _lock(conn, cursor()),
         f"{prefix}_lease": lambda: _lease(conn, cursor()),
+        f"{prefix}_insert": lambda: _lock(conn, cursor(), only=_CLAIM),
+        f"{prefix}_update": lambda: _lock(conn, cursor(), only=_RECORD),
     }
 
 
@@ -89,14 +91,18 @@ def _reference(conn: psycopg.Connection[tuple[object, ...]], cursor: Cursor) -> 
     return timed(work)
 
 
-def _lock(conn: psycopg.Connection[tuple[object, ...]], cursor: Cursor) -> float:
+def _lock(
+    conn: psycopg.Connection[tuple[object, ...]], cursor: Cursor, only: str | None = None
+) -> float:
     params = ("bench", str(uuid.uuid4()))
+    spent = 0.0
     with conn.transaction():
         cursor.execute(_BUSINESS, params[1:])
-        started = time.perf_counter()
-        cursor.execute(_CLAIM, params)
-        cursor.execute(_RECORD, params)
-        return time.perf_counter() - started
+        for statement in (_CLAIM, _RECORD):
+            started = time.perf_counter()
+            cursor.execute(statement, params)
+            spent += time.perf_counter() - started if only in (None, statement) else 0.0
+    return spent
 
 
 def _lease(conn: psycopg.Connection[tuple[object, ...]], cursor: Cursor) -> float:

@@ -185,14 +185,28 @@ class SqlReplay:
 class OwnStatements(SqlReplay):
     """The same replay, timing only the protocol's own statements (not the view's, not BEGIN/COMMIT).
 
-    What the floor times, for the statements the protocol really sends.
+    What the floor times, for the statements the protocol really sends; with
+    ``only``, just the statement(s) containing that text.
     """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        key: str,
+        sent: list[str],
+        only: str | None = None,
+    ):
+        super().__init__(conn, key, sent)
+        self.only = only
 
     def __call__(self) -> float:
         fresh = str(uuid.uuid4())
         spent = 0.0
         for sql in self.sent:
-            own = sql.strip().upper() not in TRANSACTION_CONTROL and BUSINESS_TABLE not in sql
+            if self.only is None:
+                own = sql.strip().upper() not in TRANSACTION_CONTROL and BUSINESS_TABLE not in sql
+            else:
+                own = self.only in sql
             started = time.perf_counter()
             self.cursor.execute(sql.replace(self.key, fresh))
             spent += time.perf_counter() - started if own else 0.0
@@ -200,6 +214,8 @@ class OwnStatements(SqlReplay):
 
 
 BUSINESS_TABLE = '"testapp_charge"'
+CLAIM = "pg_try_advisory_xact_lock"
+RECORD = 'SET "status"'
 
 
 def capture_first(requests: Requests, path: str) -> tuple[str, list[str]]:
@@ -221,6 +237,11 @@ def sql_samples(url: str, requests: Requests) -> Iterator[dict[str, Sample]]:
             samples[f"sql_{name}"] = SqlReplay(conn, key, sent)
             if name != "unprotected":
                 samples[f"own_sql_{name}"] = OwnStatements(conn, key, sent)
+            if name == "lock":
+                samples["own_claim_lock"] = OwnStatements(conn, key, sent, CLAIM)
+                samples["own_record_lock"] = OwnStatements(conn, key, sent, RECORD)
+            if name in ("lock", "unprotected"):
+                samples[f"commit_{name}"] = OwnStatements(conn, key, sent, "COMMIT")
         yield samples
 
 
