@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from collections.abc import Iterable
+import struct
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Protocol
@@ -32,34 +34,35 @@ class _Hash(Protocol):
     def update(self, data: bytes, /) -> None: ...
 
 
-class _Digest(bytes):
-    """A JSON object already hashed: 32 bytes standing for the whole object."""
-
-    __slots__ = ()
+# Leaves that are not JSON strings are bytes (compact, unlike str subclasses); a plain
+# ``bytes`` is a hashed object: the 32-byte digest standing for all its members.
 
 
-class _Number(str):
+class _Number(bytes):
     """A JSON number with a fraction or an exponent, as exact normalised text."""
 
     __slots__ = ()
 
 
-class _BigInt(str):
+class _BigInt(bytes):
     """An integer literal too long to be worth an ``int``, as its (canonical) text."""
 
     __slots__ = ()
 
 
-class _Constant(str):
+class _Constant(bytes):
     """``NaN``, ``Infinity`` or ``-Infinity``, which Python's ``json`` accepts."""
 
     __slots__ = ()
 
 
-class _Tagged(str):
-    """A non-JSON argument accepted by its ``str`` form: ``"<type>:<text>"``."""
+class _Tagged(bytes):
+    """A non-JSON argument accepted by its ``str`` form: ``b"<type>:<text>"``."""
 
     __slots__ = ()
+
+
+_BYTES_TAGS = {_Number: b"d", _BigInt: b"i", _Constant: b"c", _Tagged: b"x"}
 
 
 def json_digest(body: bytes) -> bytes | None:
@@ -68,9 +71,9 @@ def json_digest(body: bytes) -> bytes | None:
         value = json.loads(
             body,
             object_pairs_hook=_object,
-            parse_float=exact_number,
+            parse_float=_fraction,
             parse_int=_integer,
-            parse_constant=_Constant,
+            parse_constant=_constant,
         )
     except (ValueError, RecursionError):
         return None
@@ -91,13 +94,27 @@ def exact_number(text: str) -> _Number:
     digits = (whole + fraction).lstrip("0")
     significant = digits.rstrip("0")
     if not significant:
-        return _Number(f"{sign}0")  # zero: its exponent means nothing, its sign may
+        return _Number(f"{sign}0".encode())  # zero: its exponent means nothing, its sign may
     shift = int(exponent or 0) - len(fraction) + len(digits) - len(significant)
-    return _Number(f"{sign}{significant}e{shift}")
+    return _Number(f"{sign}{significant}e{shift}".encode())
+
+
+def _fraction(text: str) -> float | _Number:
+    # A float (24 bytes) stands for the text whenever it is exactly that number, as
+    # most are; otherwise (0.30000000000000001, 1e400) the exact text is kept.
+    value = float(text)
+    if repr(value) == text:
+        return value  # the common case, and cheap to recognise
+    exact = exact_number(text)
+    return value if math.isfinite(value) and exact_number(repr(value)) == exact else exact
 
 
 def _integer(text: str) -> int | _BigInt:
-    return int(text) if len(text) <= _SHORT_INT else _BigInt(text)
+    return int(text) if len(text) <= _SHORT_INT else _BigInt(text.encode())
+
+
+def _constant(text: str) -> _Constant:
+    return _Constant(text.encode())
 
 
 def _root(value: object) -> bytes:
@@ -106,17 +123,29 @@ def _root(value: object) -> bytes:
     return digest.digest()
 
 
-def _object(pairs: list[tuple[str, object]]) -> _Digest:
-    # The last of a repeated name wins, as in the dict json.loads would build.
-    return _members(dict(pairs).items())
+def _object(pairs: list[tuple[str, object]]) -> bytes:
+    # Sorted in place, stably: of a repeated name the last is kept, as json.loads would.
+    pairs.sort(key=_first)
+    return _members(_last_of_each_name(pairs))
 
 
-def _members(items: Iterable[tuple[str, object]]) -> _Digest:
+def _first(pair: tuple[str, object]) -> str:
+    return pair[0]
+
+
+def _last_of_each_name(pairs: list[tuple[str, object]]) -> Iterator[tuple[str, object]]:
+    for index, pair in enumerate(pairs):
+        if index + 1 == len(pairs) or pairs[index + 1][0] != pair[0]:
+            yield pair
+
+
+def _members(items: Iterable[tuple[str, object]]) -> bytes:
+    """The digest of an object whose members come sorted by name, each name once."""
     digest = hashlib.sha256()
-    for name, value in sorted(items, key=lambda item: item[0]):
+    for name, value in items:
         feed(digest, name.encode("utf-8", "surrogatepass"))
         _encode(digest, value)
-    return _Digest(digest.digest())
+    return digest.digest()
 
 
 def _encode(digest: _Hash, value: object) -> None:
@@ -124,21 +153,25 @@ def _encode(digest: _Hash, value: object) -> None:
     # can never produce the same byte stream.
     if value is None or isinstance(value, bool):
         digest.update({None: b"n", True: b"t", False: b"f"}[value])
-    elif isinstance(value, _Digest):
+    elif type(value) is bytes:
         digest.update(b"o" + value)
+    elif isinstance(value, bytes):
+        digest.update(_BYTES_TAGS[type(value)])
+        feed(digest, value)
     elif isinstance(value, list):
         _encode_array(digest, value)
+    elif isinstance(value, float):
+        # Equal numbers never take different routes: _fraction keeps text only when no
+        # float is exactly that number. Finite: _fraction and _float see to it.
+        digest.update(b"r" + struct.pack(">d", value))
     elif isinstance(value, int):
         digest.update(b"i")
         feed(digest, int.__repr__(value).encode())
     elif isinstance(value, str):
-        digest.update(_STRING_TAGS.get(type(value), b"s"))
+        digest.update(b"s")
         feed(digest, value.encode("utf-8", "surrogatepass"))
     else:  # pragma: no cover - _reduce and json.loads produce nothing else
         raise TypeError(type(value).__name__)
-
-
-_STRING_TAGS = {_Number: b"d", _BigInt: b"i", _Constant: b"c", _Tagged: b"x"}
 
 
 def _encode_array(digest: _Hash, values: list[object]) -> None:
@@ -165,16 +198,17 @@ def _reduce(value: object) -> object:
     if isinstance(value, list | tuple):
         return [_reduce(item) for item in value]
     if isinstance(value, dict):
-        return _members((_name(name), _reduce(item)) for name, item in value.items())
+        members = [(_name(name), _reduce(item)) for name, item in value.items()]
+        return _members(sorted(members, key=_first))
     return _tagged(value)
 
 
-def _float(value: float) -> _Number | _Constant:
-    if value != value:
-        return _Constant("NaN")
-    if value in (float("inf"), float("-inf")):
-        return _Constant("Infinity" if value > 0 else "-Infinity")
-    return exact_number(repr(value))  # repr is the shortest text that reads back exactly
+def _float(value: float) -> float | _Constant:
+    if math.isnan(value):
+        return _constant("NaN")
+    if math.isinf(value):
+        return _constant("Infinity" if value > 0 else "-Infinity")
+    return float(value)
 
 
 def _name(name: object) -> str:
@@ -195,7 +229,7 @@ def _tagged(value: object) -> _Tagged:
         (date, "date"),
     ):
         if isinstance(value, kind):
-            return _Tagged(f"{name}:{value}")
+            return _Tagged(f"{name}:{value}".encode())
     raise TypeError(
         f"Idempotent call arguments must be JSON values (dict with str keys, list, tuple, "
         f"str, int, float, bool, None) or UUID, Decimal, datetime, date; got "

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, QueryDict
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.http.request import RawPostDataException
@@ -140,11 +141,10 @@ def _hmac(digest: str, secret: str | bytes) -> str:
 
 
 def _raw_query(request: HttpRequest) -> bytes:
-    scope = getattr(request, "scope", None)  # ASGI hands over the raw bytes
-    if isinstance(scope, dict) and isinstance(scope.get("query_string"), bytes):
-        return bytes(scope["query_string"])
-    # PEP 3333: QUERY_STRING is the raw bytes decoded as latin-1; undo that exactly.
     text: str = request.META.get("QUERY_STRING", "")
+    if isinstance(request, ASGIRequest):
+        return text.encode("utf-8", "surrogatepass")  # Django decoded the scope's bytes as UTF-8
+    # PEP 3333: QUERY_STRING is the raw bytes decoded as latin-1; undo that exactly.
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:  # not from a WSGI server: no byte was lost to recover
