@@ -30,7 +30,9 @@ _SHORT_INT = 18
 _FLOAT = re.compile(r"(-?)(\d+)(?:\.(\d+))?(?:[eE]([-+]?\d+))?")
 
 
-class _Hash(Protocol):
+class Hash(Protocol):
+    """What ``feed`` writes to: a ``hashlib`` object."""
+
     def update(self, data: bytes, /) -> None: ...
 
 
@@ -75,9 +77,9 @@ def json_digest(body: bytes) -> bytes | None:
             parse_int=_integer,
             parse_constant=_constant,
         )
-    except (ValueError, RecursionError):
+        return _root(value)
+    except (ValueError, RecursionError):  # nested deeper than Python recurses: as bytes
         return None
-    return _root(value)
 
 
 def value_digest(value: object) -> bytes:
@@ -148,7 +150,7 @@ def _members(items: Iterable[tuple[str, object]]) -> bytes:
     return digest.digest()
 
 
-def _encode(digest: _Hash, value: object) -> None:
+def _encode(digest: Hash, value: object) -> None:
     # Every encoding starts with its own tag and is self-delimiting: distinct values
     # can never produce the same byte stream.
     if value is None or isinstance(value, bool):
@@ -174,13 +176,13 @@ def _encode(digest: _Hash, value: object) -> None:
         raise TypeError(type(value).__name__)
 
 
-def _encode_array(digest: _Hash, values: list[object]) -> None:
+def _encode_array(digest: Hash, values: list[object]) -> None:
     digest.update(b"a" + len(values).to_bytes(8, "big"))
     for item in values:
         _encode(digest, item)
 
 
-def feed(digest: _Hash, data: bytes) -> None:
+def feed(digest: Hash, data: bytes) -> None:
     """Length-prefixed, so that concatenations stay unambiguous."""
     digest.update(len(data).to_bytes(8, "big"))
     digest.update(data)

@@ -35,7 +35,7 @@ from django.utils.crypto import salted_hmac
 from django.utils.datastructures import MultiValueDict
 from django.utils.http import parse_header_parameters
 
-from idempotency_django.canonical import feed, json_digest, value_digest
+from idempotency_django.canonical import Hash, feed, json_digest, value_digest
 
 Fingerprinter = Callable[[HttpRequest], str]
 Form: TypeAlias = "tuple[QueryDict, MultiValueDict[str, UploadedFile[bytes]]]"
@@ -124,7 +124,7 @@ def snapshot(request: HttpRequest) -> RequestSnapshot:
 def digest(snapshot: RequestSnapshot) -> str:
     """The canonical digest of a snapshot: ``request_fingerprint`` in a second step."""
     result = hashlib.sha256(_VERSION)
-    feed(result, snapshot.method.encode())
+    feed(result, snapshot.method.encode("utf-8", "surrogatepass"))
     feed(result, snapshot.path.encode("utf-8", "surrogatepass"))
     feed(result, _pairs_digest(snapshot.query))
     feed(result, _canonical_content_type(snapshot.content_type))
@@ -155,8 +155,8 @@ def _held_body(request: HttpRequest) -> tuple[bytes | None, Callable[[], Form] |
     read = getattr(request, "_read_started", False)
     if hasattr(request, "_body") or (not read and _fits_in_memory(request)):
         return request.body, None
-    parsed = hasattr(request, "_post")  # DRF and CsrfViewMiddleware leave their parse here
-    if request.content_type == _MULTIPART and (parsed or (not read and request.method == "POST")):
+    consumed = read and hasattr(request, "_post")  # DRF or CsrfViewMiddleware parsed it
+    if request.content_type == _MULTIPART and (consumed or (not read and request.method == "POST")):
         # Too large to hold: Django streams it to temporary files when it is parsed.
         return None, functools.partial(_parsed_form, request)
     # Raises as the view itself would: RequestDataTooBig (a 400), or RawPostDataException
@@ -292,24 +292,24 @@ def _charset(content_type: str) -> str:
 def _form_digest(fields: QueryDict, files: MultiValueDict[str, Any]) -> bytes:
     """Parsed form fields and uploads, sorted by name only (see ``_pairs_digest``)."""
     result = hashlib.sha256()
-    field_lists = sorted(fields.lists(), key=lambda item: item[0])
-    result.update(len(field_lists).to_bytes(8, "big"))
-    for name, values in field_lists:
-        feed(result, name.encode("utf-8", "surrogatepass"))
-        result.update(len(values).to_bytes(8, "big"))
-        for value in values:
-            feed(result, value.encode("utf-8", "surrogatepass"))
-    file_lists = sorted(files.lists(), key=lambda item: item[0])
-    result.update(len(file_lists).to_bytes(8, "big"))
-    for name, uploads in file_lists:
-        feed(result, name.encode("utf-8", "surrogatepass"))
-        result.update(len(uploads).to_bytes(8, "big"))
-        for upload in uploads:
-            _feed_upload(result, upload)
+    _feed_lists(result, fields, lambda value: feed(result, value.encode("utf-8", "surrogatepass")))
+    _feed_lists(result, files, lambda upload: _feed_upload(result, upload))
     return result.digest()
 
 
-def _feed_upload(result: Any, upload: UploadedFile[bytes]) -> None:
+def _feed_lists(
+    result: Hash, values: MultiValueDict[str, Any], each: Callable[[Any], None]
+) -> None:
+    lists = sorted(values.lists(), key=lambda item: item[0])
+    result.update(len(lists).to_bytes(8, "big"))
+    for name, items in lists:
+        feed(result, name.encode("utf-8", "surrogatepass"))
+        result.update(len(items).to_bytes(8, "big"))
+        for item in items:
+            each(item)
+
+
+def _feed_upload(result: Hash, upload: UploadedFile[bytes]) -> None:
     for text in (upload.name or "", upload.content_type or "", upload.charset or ""):
         feed(result, text.encode("utf-8", "surrogatepass"))
     result.update(_content_digest(upload))

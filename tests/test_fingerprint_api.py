@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.exceptions import RequestDataTooBig
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import HttpRequest
 from django.http.request import RawPostDataException
@@ -236,3 +237,11 @@ def test_arguments_that_are_not_json_raise_type_error_naming_the_type(
 
 def test_arguments_digest_is_not_a_request_fingerprint() -> None:
     assert arguments_digest({}) != hashlib.sha256(b"{}").hexdigest()
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100)
+def test_an_oversized_multipart_put_is_refused_not_taken_for_an_empty_form() -> None:
+    request = form_post("b-1", {"file": SimpleUploadedFile("a.bin", bytes(1000))}, "put")
+    assert not request.POST  # Django parses only POST bodies: empty, and nothing was read
+    with pytest.raises(RequestDataTooBig):
+        snapshot(request)
