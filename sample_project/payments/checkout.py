@@ -35,6 +35,7 @@ FORM_WAIT = 10.0  # seconds a duplicate form submission waits for the first one
 PROBLEM = "application/problem+json"
 FAULT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 ORDER = re.compile(r"[0-9a-f]{12}")
+UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 # How many executions per key have been failed on purpose. Per process: the demo runs
 # under runserver; the failed executions rolled back, so this can't live in the database.
