@@ -1,8 +1,10 @@
 """The browser tier: the real sample project under ``runserver``, driven by headless Chromium.
 
-The sample runs as it does for ``make run`` (its own settings, on a scratch SQLite
-file), in a subprocess on a free port; Debian's chromium and chromium-driver drive
-it through Selenium. Without them the tier is skipped locally and fails under CI.
+The sample runs as it does for ``make run`` (its own settings), in a subprocess on a
+free port, on a scratch database of the suite's kind: a SQLite file, or a PostgreSQL
+database of its own when ``DATABASE_URL`` names PostgreSQL. Debian's chromium and
+chromium-driver drive it through Selenium; without them the tier is skipped locally
+and fails under CI.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
@@ -50,9 +53,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _environment(database: Path) -> dict[str, str]:
+def _environment(database_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(DATABASE_URL=f"sqlite:///{database}", PYTHONUNBUFFERED="1")
+    env.update(DATABASE_URL=database_url, PYTHONUNBUFFERED="1")
     env["DJANGO_SETTINGS_MODULE"] = "sample_project.settings"
     return env
 
@@ -71,10 +74,28 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> Non
 
 
 @pytest.fixture(scope="session")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sample]:
-    folder = tmp_path_factory.mktemp("sample")
-    env, manage = _environment(folder / "sample.sqlite3"), str(ROOT / "manage.py")
-    subprocess.run([sys.executable, manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
+def sample_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The scratch database's URL, migrated."""
+    if not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        url = f"sqlite:///{tmp_path_factory.mktemp('sample') / 'sample.sqlite3'}"
+        migrate = [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"]
+        subprocess.run(migrate, env=_environment(url), check=True, cwd=ROOT)
+        yield url
+        return
+    from bench.chaos import ScratchDatabase
+
+    database = ScratchDatabase(settings.DATABASE_URL, "browser")
+    database.create()
+    try:
+        yield database.url
+    finally:
+        database.drop()
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory, sample_database: str) -> Iterator[Sample]:
+    folder = tmp_path_factory.mktemp("runserver")
+    env, manage = _environment(sample_database), str(ROOT / "manage.py")
     port, log = free_port(), folder / "runserver.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

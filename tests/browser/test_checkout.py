@@ -35,7 +35,7 @@ def settle(browser: webdriver.Chrome, timeout: float = 30) -> list[dict[str, str
     """Wait for every payment on the page to finish; the log's rows, oldest first."""
     WebDriverWait(browser, timeout).until(lambda b: root(b).get_attribute("data-pending") == "0")
     rows = browser.find_elements(By.CSS_SELECTOR, "#log tbody tr")
-    fields = ("key", "attempt", "status", "replayed", "error")
+    fields = ("call", "key", "attempt", "status", "replayed", "error")
     return [{f: str(row.get_attribute(f"data-{f}")) for f in fields} for row in reversed(rows)]
 
 
@@ -58,6 +58,7 @@ def test_double_click_pays_once(
     assert len(finals) == 2, rows  # both clicks were answered ...
     assert [row["replayed"] for row in rows].count("true") == 1, rows  # ... one of them by a replay
     assert len({row["key"] for row in rows}) == 1
+    assert {row["call"] for row in finals} == {"1", "2"}
     assert page_charges(browser) == server_charges(sample, order) == 1
     screenshot("checkout-double-click")
 
@@ -74,7 +75,7 @@ def test_slow_network_retries_with_the_same_key(
     assert rows[-1]["status"] == "201", rows
     assert rows[-1]["replayed"] == "true", rows  # the first execution's answer, replayed
     assert len({row["key"] for row in rows}) == 1
-    retry_after = browser.find_elements(By.CSS_SELECTOR, "#log tbody tr.busy td:nth-child(6)")
+    retry_after = browser.find_elements(By.CSS_SELECTOR, "#log tbody tr.busy td:nth-child(7)")
     assert retry_after, "no 409 row"
     assert all(cell.text.isdigit() for cell in retry_after)
     assert page_charges(browser) == server_charges(sample, order) == 1
@@ -132,3 +133,18 @@ def form_posts(browser: webdriver.Chrome) -> tuple[int, list[dict[str, str]]]:
             headers = params["redirectResponse"]["headers"]
             redirects.append({"Idempotent-Replayed": headers.get("Idempotent-Replayed", "")})
     return posts, redirects
+
+
+def test_swagger_ui_works_offline(
+    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot
+) -> None:
+    browser.get(f"{sample.url}/api/docs/")
+    WebDriverWait(browser, 15).until(
+        lambda b: "Sample payments API" in b.find_element(By.TAG_NAME, "body").text
+    )
+    sources = [
+        s.get_attribute("src") for s in browser.find_elements(By.CSS_SELECTOR, "script[src]")
+    ]
+    assert sources
+    assert all(str(src).startswith(f"{sample.url}/static/") for src in sources), sources
+    screenshot("swagger-ui")

@@ -142,3 +142,33 @@ def test_each_call_has_its_own_uuidv7_key(
         milliseconds = int(key.replace("-", "")[:12], 16)
         assert abs(milliseconds / 1000 - time.time()) < 60
     assert server_charges(sample, order) == 2
+
+
+# The module's pure parts, where a real server can't reach (Chrome resends 408 itself).
+DECIDE = """
+const done = arguments[arguments.length - 1];
+import(arguments[0]).then((m) => {
+  const headers = (value) => ({ headers: new Headers(value === null ? {} : { "Retry-After": value }) });
+  const now = Date.parse("2026-01-01T00:00:00Z");
+  done({
+    retryable: [200, 201, 400, 401, 403, 404, 408, 409, 410, 422, 425, 429, 500, 503].filter(m.isRetryable),
+    seconds: m.retryAfterMs(headers("3")),
+    date: m.retryAfterMs(headers("Thu, 01 Jan 2026 00:00:02 GMT"), now),
+    past: m.retryAfterMs(headers("Wed, 31 Dec 2025 00:00:00 GMT"), now),
+    junk: m.retryAfterMs(headers("soon")),
+    none: m.retryAfterMs(headers(null)),
+    backoff: [1, 2, 3, 10].map((n) => m.backoffMs(n, { baseDelay: 100, maxDelay: 1000, random: () => 0.999999 })),
+    key: m.uuidv7(0x0123456789ab),
+  });
+});
+"""
+
+
+def test_the_retry_rules(browser: webdriver.Chrome, sample: Sample, order: str) -> None:
+    module = f"{sample.url}/static/idempotency_django/idempotent-fetch.js"
+    rules = browser.execute_async_script(DECIDE, module)
+    assert rules["retryable"] == [408, 409, 425, 429, 500, 503]
+    assert (rules["seconds"], rules["date"], rules["past"]) == (3000, 2000, 0)
+    assert (rules["junk"], rules["none"]) == (None, None)
+    assert rules["backoff"] == [99, 199, 399, 999]  # full jitter under a capped doubling ceiling
+    assert rules["key"].startswith("01234567-89ab-7")

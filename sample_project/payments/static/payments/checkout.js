@@ -7,6 +7,7 @@ const log = document.querySelector("#log tbody");
 const SLOW = { delay: 3, timeout: 1000 }; // the server takes 3 s, the client waits 1 s
 let intentKey = null;
 let rows = 0;
+let calls = 0;
 
 function newIntent() {
   intentKey = uuidv7();
@@ -23,13 +24,14 @@ function cell(row, text, className) {
   if (className) td.className = className;
 }
 
-function logAttempt({ attempt, key, response, error, delay }) {
+function logAttempt(call, { attempt, key, response, error, delay }) {
   const row = log.insertRow(0);
   const replayed = response?.headers.get("Idempotent-Replayed") === "true";
   const status = response ? `${response.status} ${response.statusText}` : `${error.name}: ${error.message}`;
   row.className = !response ? "error" : replayed ? "replay" : response.ok ? "fresh" : response.status === 409 || response.status >= 500 ? "busy" : "error";
-  Object.assign(row.dataset, { key, attempt, status: response?.status ?? "", replayed, error: error?.name ?? "" });
+  Object.assign(row.dataset, { call, key, attempt, status: response?.status ?? "", replayed, error: error?.name ?? "" });
   cell(row, String(++rows));
+  cell(row, `Pay #${call}`);
   cell(row, `…${key.slice(-8)}`);
   cell(row, String(attempt));
   cell(row, status, "status");
@@ -46,6 +48,7 @@ async function refreshCount() {
 async function pay() {
   const slow = document.getElementById("slow").checked;
   const fail = document.getElementById("fail").checked;
+  const call = ++calls;
   setPending(1);
   try {
     await idempotentFetch(root.dataset.payUrl, {
@@ -55,7 +58,7 @@ async function pay() {
       timeout: slow ? SLOW.timeout : 0,
       maxAttempts: 8,
       maxElapsed: 20000,
-      onAttempt: logAttempt,
+      onAttempt: (attempt) => logAttempt(call, attempt),
     });
   } catch (error) {
     console.error("payment gave up", error);
