@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from idempotency_django.models import IdempotencyEntry
 from idempotency_django.testing import (
     assert_in_progress,
     assert_key_missing,
@@ -93,17 +91,23 @@ def test_the_key_is_required_and_bound_to_the_payment(client: Client, order: str
 
 @pytest.mark.django_db(transaction=True)
 def test_a_duplicate_in_flight_is_409(order: str) -> None:
-    key, body = new_key(), payment(order, delay=2)
-    first: list[Any] = []
-    worker = threading.Thread(
-        target=close_connections_after(lambda: first.append(send(Client(), PAY, body, key=key)))
-    )
-    worker.start()
-    while not IdempotencyEntry.objects.filter(key=key).exists():
-        time.sleep(0.01)  # until the first has claimed the key (it then sleeps 2 s)
-    assert_in_progress(send(Client(), PAY, body, key=key))
-    worker.join()
-    assert first[0].status_code == 201
+    """Two at once: one runs (its payment takes a second), the other is told to retry later."""
+    key, body = new_key(), payment(order, delay=1)
+    together = threading.Barrier(2)
+    answers: list[Any] = []
+
+    def pay() -> None:
+        together.wait()
+        answers.append(send(Client(), PAY, body, key=key))
+
+    workers = [threading.Thread(target=close_connections_after(pay)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    answers.sort(key=lambda answer: answer.status_code)
+    assert answers[0].status_code == 201
+    assert_in_progress(answers[1])
     assert charges(order) == 1
 
 

@@ -9,7 +9,6 @@ field and the answer is a redirect to the receipt.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -17,8 +16,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,11 +26,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from idempotency_django import idempotent
 from sample_project.payments.models import Charge
 
-ViewFunc = TypeVar("ViewFunc", bound=Callable[..., HttpResponse])
 MAX_DELAY = 5.0  # seconds: the slowest the demo lets a payment be
 MAX_FAULTS = 3
 FORM_WAIT = 10.0  # seconds a duplicate form submission waits for the first one
-PROBLEM = "application/problem+json"
 FAULT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 ORDER = re.compile(r"[0-9a-f]{12}")
 UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
@@ -93,29 +89,10 @@ def _form_key(request: HttpRequest) -> str | None:
     return request.POST.get("idempotency_key")
 
 
-def wait_in_flight(view: ViewFunc) -> ViewFunc:
-    """A duplicate that finds its key in flight waits for the first answer, then replays it.
-
-    The browser shows only the last submission's answer: a 409 there would hide the
-    receipt. (What 0.2's ``@idempotent(wait=...)`` does inside the library.)
-    """
-
-    @functools.wraps(view)
-    def waiting(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        deadline = time.monotonic() + FORM_WAIT
-        while True:
-            response: HttpResponse = view(request, *args, **kwargs)
-            busy = response.status_code == 409 and response["Content-Type"] == PROBLEM
-            if not busy or time.monotonic() > deadline:
-                return response
-            time.sleep(0.1)
-
-    return waiting  # type: ignore[return-value]
-
-
+# wait=: a second submission arriving while the first still runs waits for its answer
+# (the browser shows only the last submission's answer: a 409 there would hide the receipt).
 @require_http_methods(["GET", "POST"])
-@wait_in_flight
-@idempotent(key=_form_key)
+@idempotent(key=_form_key, wait=FORM_WAIT)
 def pay_form(request: HttpRequest) -> HttpResponse:
     """The no-JavaScript recipe: GET renders a fresh key, POST charges and redirects."""
     if request.method == "GET":
