@@ -142,6 +142,7 @@ def test_the_problem_answers(client: Client) -> None:
     problem = assert_in_progress(problem_response(RequestInProgress(retry_after=3)))
     assert problem["status"] == 409
     assert_problem(problem_response(StoreUnavailable()), 503, "unavailable")
+    assert assert_problem(problem_response(StoreUnavailable()), 503)["status"] == 503
 
 
 @pytest.mark.parametrize(
