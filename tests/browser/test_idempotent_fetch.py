@@ -114,6 +114,19 @@ def test_total_time_is_bounded(browser: webdriver.Chrome, sample: Sample, order:
     assert len(result["attempts"]) == 1
 
 
+def test_total_time_bounds_a_running_attempt_and_the_key_still_recovers(
+    browser: webdriver.Chrome, sample: Sample, order: str
+) -> None:
+    key, slow = "budget-" + order, payment(order, delay=1)
+    result = call(browser, sample, json=slow, idempotencyKey=key, maxElapsed=300)
+    assert result["thrown"] == "TimeoutError"
+    assert [a["error"] for a in result["attempts"]] == ["TimeoutError"]
+    later = call(browser, sample, json=slow, idempotencyKey=key, baseDelay=50)
+    assert (later["status"], later["replayed"]) == (201, "true")  # the first execution's answer
+    assert [a["status"] for a in later["attempts"]][-1] == 201
+    assert server_charges(sample, order) == 1
+
+
 def test_network_errors_are_retried_then_thrown(
     browser: webdriver.Chrome, sample: Sample, order: str
 ) -> None:

@@ -11,7 +11,7 @@ export const RETRY_STATUSES = Object.freeze([408, 409, 425, 429]);
 const DEFAULTS = Object.freeze({
   headerName: "Idempotency-Key",
   maxAttempts: 5,
-  maxElapsed: 30000, // ms, the whole call including waits
+  maxElapsed: 30000, // ms, the whole call: attempts and waits
   baseDelay: 300, // ms, the first backoff ceiling
   maxDelay: 10000, // ms, the largest backoff ceiling
   timeout: 0, // ms per attempt; 0 = none
@@ -69,7 +69,10 @@ export async function idempotentFetch(url, options = {}) {
   const init = requestInit(options, settings.headerName, key);
   const started = Date.now();
   for (let attempt = 1; ; attempt++) {
-    const { response, error } = await attemptOnce(url, init, options.signal, settings.timeout);
+    // An attempt never outlives the call's time budget.
+    const remaining = settings.maxElapsed - (Date.now() - started);
+    const limit = settings.timeout > 0 ? Math.min(settings.timeout, remaining) : remaining;
+    const { response, error } = await attemptOnce(url, init, options.signal, Math.max(limit, 1));
     const delay = nextDelay(attempt, response, error, settings, Date.now() - started);
     if (settings.onAttempt) settings.onAttempt({ attempt, key, response, error, delay });
     if (delay === null) {
