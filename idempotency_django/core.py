@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -74,6 +75,14 @@ class IdempotentRequest(HttpRequest):
     idempotency: IdempotencyContext
 
 
+_current: ContextVar[IdempotencyContext | None] = ContextVar("idempotency_context", default=None)
+
+
+def current_context() -> IdempotencyContext | None:
+    """The context of the protected request being served here, if any (e.g. for the outbox)."""
+    return _current.get()
+
+
 def applies(request: HttpRequest, options: Options) -> bool:
     """Whether this request is protected at all: unsafe and one of the view's methods."""
     method = (request.method or "").upper()
@@ -127,6 +136,22 @@ def _protect(
         tenant = check_tenant(tenant_of())
     context = IdempotencyContext(None, tenant)
     request.idempotency = context  # type: ignore[attr-defined]
+    token = _current.set(context)
+    try:
+        return _keyed(request, policy, tenant_of, call_view, seen)
+    finally:
+        _current.reset(token)
+
+
+def _keyed(
+    request: HttpRequest,
+    policy: Policy,
+    tenant_of: TenantOf,
+    call_view: ViewCall,
+    seen: Observation,
+) -> HttpResponse:
+    context: IdempotencyContext = request.idempotency  # type: ignore[attr-defined]
+    tenant = context.tenant
     context.key = extract_key(request, policy)
     if context.key is None:
         seen.skip = True
@@ -373,6 +398,7 @@ __all__ = [
     "IdempotencyError",
     "IdempotentRequest",
     "applies",
+    "current_context",
     "passing_through",
     "protect",
     "run",

@@ -48,7 +48,7 @@ class Run:
     remaining: float = 0.0  # a replayed entry's seconds to live, by the database's clock
     claim_seconds: float = 0.0
     waited_seconds: float = 0.0
-    running: bool = False
+    running: bool = False  # the caller's body has started: its errors are its own
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
     _recorded_at: float = field(default=0.0, repr=False)
@@ -114,6 +114,7 @@ def _in_transaction(
             run._claim, run.running = claim, True
             yield run
             return
+    run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
 
 
@@ -123,6 +124,7 @@ def _claim_first(
     bounded = _bounded(target)
     claim = _acquire(proto, target, run, wait, matches, bounded)
     if claim is None:
+        run.running = True
         yield run
         return
     try:
@@ -202,19 +204,6 @@ def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Fou
             )
         return taken if isinstance(taken, Claim) else None
     return found
-
-
-def _decide(found: Found, run: Run, matches: Matches) -> bool:
-    """Whether ``found`` ends the search (a claim, or a final answer); raises 422."""
-    if isinstance(found, Claim):
-        return True
-    if isinstance(found, Existing):
-        if not matches(found.fingerprint):
-            raise KeyReused()
-        if found.response is not None:
-            run.replay, run.remaining = found.response, found.remaining
-            return True
-    return False
 
 
 def _release(proto: ModuleType, claim: Claim) -> None:

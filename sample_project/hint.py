@@ -26,6 +26,10 @@ The same through the DRF API, as the demo user:
 
   curl -i -X POST {base}/api/charges/ -H 'Authorization: Token {token}' \\
        -H 'Idempotency-Key: demo-2' -H 'Content-Type: application/json' -d '{{"amount": 500}}'
+
+The counters move with each answer (executed, then replayed):
+
+  curl -s {base}/metrics | grep '^idempotency_requests_total'
 """
 
 

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's and ReDoc's assets, served offline
     "idempotency_django",
+    "idempotency_django.contrib.prometheus",
     "sample_project.payments",
 ]
 

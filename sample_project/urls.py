@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from idempotency_django.contrib.prometheus.views import metrics
 from sample_project.payments import checkout, views
 
 urlpatterns = [
@@ -9,6 +10,7 @@ urlpatterns = [
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
     path("checkout/", checkout.checkout, name="checkout"),
     path("checkout/pay/", checkout.pay, name="checkout-pay"),
     path("checkout/orders/<str:order>/", checkout.order_status, name="checkout-order"),
