@@ -3,7 +3,7 @@
 The held view (``bench.views.held``) makes its business write, creates
 ``<release>.entered``, then waits until ``<release>`` exists. A holder is renewed
 (released, and a new key held) every ``RENEW`` seconds, well inside the lease
-that bounds an idle transaction of a protected view.
+and ``IDEMPOTENCY_IDLE_TIMEOUT``, either of which would end a longer hold.
 """
 
 from __future__ import annotations

@@ -38,9 +38,6 @@ MIDDLEWARE: list[str] = []
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "idem_bench")
-# A protected view's own transaction ends idle sessions after the lease: the 409
-# cases hold a key in an open transaction for up to HOLD seconds (bench.views).
-IDEMPOTENCY_LEASE = 120
 DATABASES = {
     # Persistent connections, as a production app server keeps them.
     "default": dj_database_url.parse(
