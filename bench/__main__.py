@@ -24,6 +24,7 @@ from bench.report import Report, Row, Target
 
 if TYPE_CHECKING:
     from bench.http_cases import Storms
+    from bench.receivers import Receivers
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 SIDE = "protocols side by side, in-process (Django test client; reference: the same INSERT in atomic())"
@@ -302,14 +303,13 @@ def _cache(report: Report, s: dict[str, Series]) -> None:
         report.timing(CACHE, f"{name}_cache", f"replay from Redis, {label}", s[name])
 
 
-def _observed(report: Report, s: dict[str, Series], observed: str) -> None:
+def _observed(report: Report, s: dict[str, Series], observed: Receivers) -> None:
     added = _added(s, "lock")
     on = _minus(s["lock_observed"], s["unprotected"])
     growth = per_round(lambda o, a: 100 * (o - a) / a, on, added)
     report.timing(OBSERVED, "added_lock_quiet", "lock: added latency, no receivers", added)
-    report.timing(
-        OBSERVED, "added_lock_observed", "lock: added latency, receivers on", on, observed
-    )
+    label = "lock: added latency, receivers on"
+    report.timing(OBSERVED, "added_lock_observed", label, on, observed.label)
     report.add(
         OBSERVED,
         Row("receivers_growth", "growth of the added latency", growth.median, "%", growth.spread),
@@ -322,6 +322,10 @@ def _observed(report: Report, s: dict[str, Series], observed: str) -> None:
     share = per_round(lambda o, q, a: 100 * (o - q) / a, loud, quiet, added)
     label = "receivers' own time / added latency"
     report.add(OBSERVED, Row("receivers_share", label, share.median, "%", share.spread))
+    for index, name in enumerate(observed.names):
+        if f"ops_signal_only_{index}" in s:
+            own = _minus(s[f"ops_signal_only_{index}"], quiet)
+            report.timing(OBSERVED, f"ops_signal_only_{index}", f"  of which {name}", own)
 
 
 def _outbox(report: Report, s: dict[str, Series], counts: dict[str, int]) -> None:

@@ -25,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
-from bench import cache_before, micro, receivers
+from bench import cache_before, micro, outbox, receivers
 from bench.floor import floor_samples
 from bench.holding import Holder
 from bench.measure import Sample, Series, sweep, timed
@@ -264,7 +264,9 @@ def counts(requests: Requests) -> dict[str, int]:
     return found
 
 
-def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[str, int], str]:
+def run(
+    url: str, rounds: int, per_round: int
+) -> tuple[dict[str, Series], dict[str, int], receivers.Receivers]:
     """The in-process sweep; also the statements per path and what the receivers row measured."""
     requests = Requests()
     redis = redis_available()
@@ -284,14 +286,15 @@ def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[
                 **stack.enter_context(sql_samples(url, requests)),
             }
             if OUTBOX:
+                stack.enter_context(outbox.broker())
                 cases["lock_enqueue"] = requests.first("/enqueue/")
             if redis:
                 cases.update(_cache_cases(requests))
             series = sweep(cases, rounds, per_round)
-        found = counts(requests)
+            found = counts(requests)
     finally:
         requests.close()
-    return series, found, requests.receivers.label
+    return series, found, requests.receivers
 
 
 def _cache_cases(requests: Requests) -> dict[str, Sample]:

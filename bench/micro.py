@@ -66,7 +66,15 @@ def _cache_ops(module: ModuleType, alias: str) -> Sample:
 
 
 def signal_samples(receivers: Receivers) -> dict[str, Sample]:
-    def observed() -> float:
+    samples = {"ops_signal_quiet": _send, "ops_signal_observed": _observed(receivers)}
+    if len(receivers.toggles) > 1:
+        for index in range(len(receivers.toggles)):
+            samples[f"ops_signal_only_{index}"] = _observed(receivers.one(index))
+    return samples
+
+
+def _observed(receivers: Receivers) -> Sample:
+    def sample() -> float:
         receivers.connect()
         try:
             with receivers.around():
@@ -74,7 +82,7 @@ def signal_samples(receivers: Receivers) -> dict[str, Sample]:
         finally:
             receivers.disconnect()
 
-    return {"ops_signal_quiet": _send, "ops_signal_observed": observed}
+    return sample
 
 
 def _send() -> float:

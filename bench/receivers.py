@@ -36,6 +36,7 @@ class Receivers:
     label: str
     toggles: list[Toggle]
     around: Callable[[], AbstractContextManager[object]] = field(default=contextlib.nullcontext)
+    names: list[str] = field(default_factory=list)  # one per toggle
 
     def connect(self) -> None:
         for connect, _ in self.toggles:
@@ -44,6 +45,10 @@ class Receivers:
     def disconnect(self) -> None:
         for _, disconnect in self.toggles:
             disconnect()
+
+    def one(self, index: int) -> Receivers:
+        """Only the ``index``-th receiver (with the same span around the request)."""
+        return Receivers(self.names[index], [self.toggles[index]], self.around, [self.names[index]])
 
 
 def available() -> Receivers:
@@ -75,6 +80,7 @@ def available() -> Receivers:
         found.toggles.append((stand_in.connect, stand_in.disconnect))
         names.append("stand-in receiver (contrib.prometheus/opentelemetry not on this checkout)")
     found.label = " + ".join(names)
+    found.names = names
     return found
 
 

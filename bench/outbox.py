@@ -1,0 +1,38 @@
+"""A Celery app for the outbox's fast path while the benchmark runs: Redis, a private queue.
+
+``enqueue()`` publishes after the commit, inside the request, through Celery's
+current app: the measured cost includes that publish. The broker is Redis
+(``BENCH_CELERY_URL``, default ``BENCH_REDIS_URL``'s db 12), never the shared
+RabbitMQ, and the queue is the run's own, deleted afterwards: no worker ever
+sees these messages.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+BROKER = os.environ.get(
+    "BENCH_CELERY_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+)
+
+
+@contextmanager
+def broker() -> Iterator[None]:
+    """Celery's current app publishing to a private queue on Redis for the duration."""
+    from celery import Celery
+
+    queue = f"idem_bench_outbox_{uuid.uuid4().hex[:8]}"
+    app = Celery("idem_bench", broker=BROKER, set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue, broker_connection_timeout=2, broker_connection_retry=False
+    )
+    app.set_current()
+    try:
+        yield
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)  # type: ignore[attr-defined]
+            conn.default_channel.client.delete(f"_kombu.binding.{queue}")  # type: ignore[attr-defined]
