@@ -337,7 +337,15 @@ def _outbox(report: Report, s: dict[str, Series], counts: dict[str, int]) -> Non
     cost = _minus(s["lock_enqueue"], s["lock"])
     report.timing(OUTBOX, "enqueue_cost", "enqueue()'s cost (with - without)", cost)
     extra = counts["first_enqueue"] - counts["first_lock"]
-    report.add(OUTBOX, Row("enqueue_statements", "statements enqueue() adds", extra, ""))
+    report.add(
+        OUTBOX,
+        Row(
+            "enqueue_statements",
+            "statements enqueue() adds (in the view, and its fast path after the commit)",
+            extra,
+            "",
+        ),
+    )
 
 
 def _statement_counts(report: Report, counts: dict[str, int]) -> None:
