@@ -402,10 +402,12 @@ def _over_http(url: str, args: argparse.Namespace, report: Report, redis: bool) 
         report.timing(HTTP, name, f"{protocol}: replay from PostgreSQL", s[name])
     if redis:
         report.timing(HTTP, "http_replay_redis", "replay from Redis", s["http_replay_redis"])
-        cost = _minus(s["http_lock_cached"], s["http_lock"])
-        report.timing(
-            HTTP, "http_cache_cost", "lock: the replay cache's cost on a first execution", cost
-        )
+        before = s["http_replay_redis_before"]
+        report.timing(HTTP, "http_replay_redis_before", "  with main's cache.py", before)
+        for case, label in (("", "now"), ("_before", "main's cache.py")):
+            cost = _minus(s[f"http_lock_cached{case}"], s["http_lock"])
+            name = f"lock: the replay cache's cost on a first execution, {label}"
+            report.timing(HTTP, f"http_cache_cost{case}", name, cost)
     for protocol in PROTOCOLS:
         name = f"http_conflict_{protocol}"
         report.timing(HTTP, name, f"{protocol}: 409, the key held by a request in flight", s[name])

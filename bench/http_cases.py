@@ -113,7 +113,8 @@ class Sequential:
     def __init__(self, server: Server, with_redis: bool) -> None:
         self.server = server
         self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
-        self.cached = self._first("/cached/") if with_redis else ""
+        paths = ("/cached/", "/cached-before/") if with_redis else ()
+        self.cached = {path: self._first(path) for path in paths}
         self.holders = {
             protocol: Holder(f"/held/{protocol}/", self._held) for protocol in PROTOCOLS
         }
@@ -148,8 +149,8 @@ class Sequential:
     def replay_pg(self, protocol: str) -> Sample:
         return lambda: self._timed(f"/{protocol}/", self.completed[protocol], replayed=True)
 
-    def replay_redis(self) -> float:
-        return self._timed("/cached/", self.cached, replayed=True)
+    def replay_redis(self, path: str) -> Sample:
+        return lambda: self._timed(path, self.cached[path], replayed=True)
 
     def conflict(self, protocol: str) -> Sample:
         holder = self.holders[protocol]
@@ -179,7 +180,9 @@ def sequential(
     }
     if with_redis:
         samples["http_lock_cached"] = cases.first("/cached/")
-        samples["http_replay_redis"] = cases.replay_redis
+        samples["http_lock_cached_before"] = cases.first("/cached-before/")
+        samples["http_replay_redis"] = cases.replay_redis("/cached/")
+        samples["http_replay_redis_before"] = cases.replay_redis("/cached-before/")
     try:
         return sweep(samples, rounds, per_round, warmup=10)
     finally:

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
 
 import psycopg
 from django.core.cache import caches
@@ -25,12 +24,11 @@ from django.test.utils import CaptureQueriesContext
 from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
-from bench import cache_before, micro, outbox, receivers
+from bench import micro, outbox, receivers
 from bench.floor import floor_samples
 from bench.holding import Holder
 from bench.measure import Sample, Series, sweep, timed
 from bench.settings import OUTBOX
-from idempotency_django import cache, core
 
 BODY = json.dumps({"amount": 100})
 TRANSACTION_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
@@ -90,21 +88,12 @@ class Requests:
 
         return sample
 
-    def cached_first(self, path: str, module: ModuleType = cache) -> Sample:
-        def sample() -> float:
-            with _cache_module(module):
-                return self.first(path)()
-
-        return sample
-
-    def replay_redis(self, path: str, module: ModuleType = cache) -> Sample:
-        with _cache_module(module):
-            keys = self.cached[f"{path}{module.__name__}"] = [self._first(path) for _ in range(20)]
+    def replay_redis(self, path: str) -> Sample:
+        keys = self.cached[path] = [self._first(path) for _ in range(20)]
 
         def sample() -> float:
             keys.append(key := keys.pop(0))
-            with _cache_module(module):
-                return timed(lambda: _expect(self.post(path, key), 201, replayed=True))
+            return timed(lambda: _expect(self.post(path, key), 201, replayed=True))
 
         return sample
 
@@ -135,16 +124,6 @@ def _holder(path: str) -> Holder:
         return response.status_code
 
     return Holder(path, post, after=connections.close_all)
-
-
-@contextmanager
-def _cache_module(module: ModuleType) -> Iterator[None]:
-    """Serve with ``module`` as the replay cache's implementation (main's, or this one)."""
-    setattr(core, "cache", module)  # noqa: B010  (the same public functions)
-    try:
-        yield
-    finally:
-        setattr(core, "cache", cache)  # noqa: B010
 
 
 def _expect(response: HttpResponseBase, status: int, replayed: bool) -> None:
@@ -300,10 +279,10 @@ def run(
 def _cache_cases(requests: Requests) -> dict[str, Sample]:
     return {
         **micro.cache_samples("replay"),
-        "lock_cached": requests.cached_first("/cached/"),
-        "lock_cached_before": requests.cached_first("/cached/", cache_before),
-        "lock_cached_generic": requests.cached_first("/cached-generic/"),
+        "lock_cached": requests.first("/cached/"),
+        "lock_cached_before": requests.first("/cached-before/"),
+        "lock_cached_generic": requests.first("/cached-generic/"),
         "replay_redis": requests.replay_redis("/cached/"),
-        "replay_redis_before": requests.replay_redis("/cached/", cache_before),
+        "replay_redis_before": requests.replay_redis("/cached-before/"),
         "replay_redis_generic": requests.replay_redis("/cached-generic/"),
     }
