@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "idempotency_django",
+    "idempotency_django.outbox",
     "tests.testapp",
     # The sample's app, so that mypy (which reads these settings) knows its models.
     "sample_project.payments",
