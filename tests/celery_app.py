@@ -38,7 +38,12 @@ def make_app(
         result_expires=600,
     )
     if visibility_timeout is not None:
-        celery.conf.broker_transport_options = {"visibility_timeout": visibility_timeout}
+        # Restore unacknowledged messages on every sweep, not every tenth one.
+        celery.conf.broker_transport_options = {
+            "visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
     return celery
 
 
