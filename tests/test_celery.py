@@ -66,20 +66,20 @@ def test_outside_a_task_it_refuses_to_guess() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_finished_duplicate_returns_the_stored_result_without_running() -> None:
-    first = bound.apply(args=["r1"], task_id="t-1")
-    again = bound.apply(args=["r1"], task_id="t-1")
+    first = bound.apply(args=("r1",), task_id="t-1")
+    again = bound.apply(args=("r1",), task_id="t-1")
     assert first.get() == again.get() == {"id": first.get()["id"], "task_id": "t-1"}
     assert runs == ["r1"]
     assert charges("r1") == 1
-    other = bound.apply(args=["r1"], task_id="t-2")  # a re-publish: a new id, a new run
+    other = bound.apply(args=("r1",), task_id="t-2")  # a re-publish: a new id, a new run
     assert other.get()["task_id"] == "t-2"
     assert charges("r1") == 2
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_business_key_deduplicates_across_task_ids() -> None:
-    assert by_reference.apply(args=["r2"], task_id="a").get() == "r2"
-    assert by_reference.apply(args=["r2"], task_id="b").get() == "r2"
+    assert by_reference.apply(args=("r2",), task_id="a").get() == "r2"
+    assert by_reference.apply(args=("r2",), task_id="b").get() == "r2"
     assert runs == ["r2"]
     assert charges("r2") == 1
 
@@ -130,7 +130,7 @@ def _task(**options: Any) -> Any:
 
 def test_the_call_gets_scope_tenant_arguments_and_options(fake_call: FakeCall) -> None:
     task = _task(tenant=lambda reference, amount: f"acct-{amount}", ttl=30, database="default")
-    assert task.apply(args=["r4"], kwargs={"amount": 5}, task_id="t-4").get() == "r4"
+    assert task.apply(args=("r4",), kwargs={"amount": 5}, task_id="t-4").get() == "r4"
     key, asked = fake_call.asked[0]
     assert key == "t-4"
     assert asked["scope"] == task.name
@@ -156,27 +156,27 @@ def test_in_flight_retries_after_the_holders_retry_after(
         return RuntimeError("retried")
 
     monkeypatch.setattr(task, "retry", retry)
-    result = task.apply(args=["r5"], task_id="t-5")
+    result = task.apply(args=("r5",), task_id="t-5")
     assert result.state == "FAILURE"
     assert asked[0]["countdown"] == 7
     assert asked[0]["exc"] is fake_call.in_progress
     task_with_countdown = _task(countdown=2)
     monkeypatch.setattr(task_with_countdown, "retry", retry)
-    task_with_countdown.apply(args=["r5"], task_id="t-5")
+    task_with_countdown.apply(args=("r5",), task_id="t-5")
     assert asked[1]["countdown"] == 2
     assert runs == []
 
 
 def test_in_flight_drop_ignores_the_delivery(fake_call: FakeCall) -> None:
     fake_call.in_progress = RequestInProgress()
-    result = _task(on_in_progress="drop").apply(args=["r6"], task_id="t-6")
+    result = _task(on_in_progress="drop").apply(args=("r6",), task_id="t-6")
     assert result.state == "IGNORED"
     assert runs == []
 
 
 def test_in_flight_raise_fails_the_delivery(fake_call: FakeCall) -> None:
     fake_call.in_progress = RequestInProgress()
-    result = _task(on_in_progress="raise").apply(args=["r7"], task_id="t-7")
+    result = _task(on_in_progress="raise").apply(args=("r7",), task_id="t-7")
     assert result.state == "FAILURE"
     assert isinstance(result.result, RequestInProgress)
     assert runs == []
