@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.utils import timezone
 from django.utils.connection import ConnectionDoesNotExist
 
-from idempotency_django import core, purge
+from idempotency_django import purge
 from idempotency_django.models import IdempotencyEntry
 from tests.conftest import close_connections_after
 from tests.factories import IdempotencyEntryFactory
@@ -83,11 +84,14 @@ class TestPurge:
         assert keys() == before
         assert purge.purge().as_dict() == counted.as_dict()
 
-    def test_the_default_clock_is_the_core_one(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_the_default_clock_is_the_databases(self, monkeypatch: pytest.MonkeyPatch) -> None:
         make(1)
         make(1, in_progress=True)
+        # An app server far ahead (a purge host with a fast clock) deletes nothing live.
         later = timezone.now() + timedelta(hours=25)
-        monkeypatch.setattr(core, "now", lambda: later)
+        monkeypatch.setattr(timezone, "now", lambda: later)
+        assert purge.purge().as_dict() == {"expired": 0, "abandoned": 0}
+        IdempotencyEntry.objects.update(expires_at=Now() - timedelta(seconds=1))
         assert purge.purge().as_dict() == {"expired": 2, "abandoned": 0}
 
     def test_now_can_be_given(self) -> None:
@@ -259,8 +263,7 @@ class TestCommand:
         make(2, expired=True)
         make(1, abandoned=True)
         assert purge_command() == [
-            "Deleted 2 expired entries.",
-            "Deleted 1 abandoned in-progress entries.",
+            "Deleted 2 expired and 1 abandoned in-progress entries from 'default'."
         ]
         assert not keys()
 
@@ -268,16 +271,20 @@ class TestCommand:
         make(2, expired=True)
         make(1, abandoned=True)
         assert purge_command("--dry-run") == [
-            "Would delete 2 expired entries.",
-            "Would delete 1 abandoned in-progress entries.",
+            "Dry run: would delete 2 expired and 1 abandoned in-progress entries from 'default'."
         ]
         assert IdempotencyEntry.objects.count() == 3
 
     def test_batch_size_and_database(self, batches: list[int]) -> None:
         make(5, expired=True)
         lines = purge_command("--batch-size", "2", "--database", "default")
-        assert lines[0] == "Deleted 5 expired entries."
+        assert lines == ["Deleted 5 expired and 0 abandoned in-progress entries from 'default'."]
         assert batches == [2, 2, 1, 0]
+
+    def test_verbosity_0_is_silent_on_success(self) -> None:
+        make(2, expired=True)
+        assert purge_command("-v", "0") == []
+        assert not keys()
 
     @pytest.mark.parametrize("value", ["0", "-3", "abc", "1.5"])
     def test_invalid_batch_size_is_a_command_error(self, value: str) -> None:
