@@ -162,7 +162,12 @@ def _run_once(
     tenant = policy.tenant(*call_args, **kwargs) if policy.tenant else ""
     arguments = {"args": list(call_args), "kwargs": kwargs}
     with idempotent_call(
-        key, scope=task.name, tenant=tenant, arguments=arguments, **policy.call_options
+        key,
+        scope=task.name,
+        tenant=tenant,
+        arguments=arguments,
+        origin="task",
+        **policy.call_options,
     ) as call:
         if call.replayed:
             logger.info("idempotent task %s [%s] replayed its stored result", task.name, key)

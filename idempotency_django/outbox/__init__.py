@@ -5,8 +5,7 @@ publishes it at once, and the relay (``manage.py relay_outbox`` or the beat task
 ``idempotency_django.outbox.tasks.relay_outbox``) publishes whatever the fast
 path missed. Every publish of a row uses its key as the Celery task id, so a
 consumer decorated with ``idempotent_task`` runs it once. Importing this package
-needs neither Celery nor the app in INSTALLED_APPS (the core imports
-``idempotency_django.outbox.current``); publishing needs both.
+needs neither Celery nor the model; publishing needs Celery.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from typing import Any, Protocol
 from django.db import transaction
 
 from idempotency_django.conf import conf
-from idempotency_django.outbox import current
 
 #: How long the relay leaves a fresh row to the on_commit fast path.
 FAST_PATH_GRACE = timedelta(seconds=10)
@@ -35,8 +34,8 @@ def enqueue(
     """Record ``task(*args, **kwargs)`` in the current transaction; returns its key.
 
     The key (the Celery task id of every publish) defaults to
-    ``request.idempotency.derive(<task name>)`` inside a protected view; elsewhere
-    pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
+    ``request.idempotency.derive(<task name>)`` inside a protected view (found
+    by ``core.current_context()``, or pass ``request=``); elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
     arguments and options must be JSON-serialisable. Raises :class:`OutboxError`
     outside ``transaction.atomic()`` on the outbox's database (``using``, default ``IDEMPOTENCY_DATABASE``): without the
     caller's transaction the row could commit without the business rows.
@@ -64,7 +63,9 @@ def enqueue(
 
 
 def _derived_key(name: str, request: object) -> str:
-    context = getattr(request or current.request(), "idempotency", None)
+    from idempotency_django.core import current_context
+
+    context = getattr(request, "idempotency", None) if request else current_context()
     key = getattr(context, "key", None)
     if context is None or key is None:
         raise OutboxError(

@@ -20,8 +20,7 @@ def charge_with_receipt(request: HttpRequest) -> HttpResponse:
     data = json.loads(request.body or b"{}")
     reference = str(data["reference"])
     charge = Charge.objects.create(reference=reference, amount=int(data.get("amount", 100)))
-    # request= until the core binds idempotency_django.outbox.current itself.
-    key = enqueue("tests.receipt", reference, request=request)
+    key = enqueue("tests.receipt", reference)  # keyed by request.idempotency.derive()
     if data.get("fail"):
         return JsonResponse({"error": "the provider said no"}, status=503)
     return JsonResponse({"id": charge.pk, "receipt_key": key}, status=201)
