@@ -84,3 +84,6 @@ LOGGING = {
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {"django.request": {"handlers": ["null"], "propagate": False}},
 }
+
+# The sample project's webhook (sample_project.payments.webhooks) signs with this.
+WEBHOOK_SECRET = "tests-webhook-secret"
