@@ -264,3 +264,24 @@ def test_a_rolled_back_view_publishes_nothing(
     assert response.status_code == 503
     assert not OutboxMessage.objects.exists()
     assert published == []
+
+
+def test_the_prometheus_gauges_read_the_stats() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from idempotency_django.outbox import prometheus
+
+    registry = CollectorRegistry()
+    assert prometheus.register(registry) is prometheus.register(registry)
+    _pending(2)
+    text = generate_latest(registry).decode()
+    assert "idempotency_outbox_pending 2.0" in text
+    assert "idempotency_outbox_failing 0.0" in text
+    assert "idempotency_outbox_oldest_pending_seconds" in text
+
+
+def test_the_beat_task_relays(published: Published) -> None:
+    from idempotency_django.outbox.tasks import relay_outbox
+
+    _pending(3)
+    assert relay_outbox.apply(kwargs={"batch_size": 2}).get() == {"sent": 3, "failed": 0}

@@ -10,3 +10,11 @@ class OutboxConfig(AppConfig):
     label = "idempotency_outbox"
     verbose_name = "Idempotency outbox"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.apps import apps
+
+        if apps.is_installed("idempotency_django.contrib.prometheus"):
+            from idempotency_django.outbox import prometheus
+
+            prometheus.register()
