@@ -285,3 +285,24 @@ def test_the_beat_task_relays(published: Published) -> None:
 
     _pending(3)
     assert relay_outbox.apply(kwargs={"batch_size": 2}).get() == {"sent": 3, "failed": 0}
+
+
+def test_enqueue_costs_one_insert_and_the_fast_path_two_statements(
+    published: Published, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        transaction.atomic(),
+        CaptureQueriesContext(connection) as inside,
+    ):
+        enqueue("tests.receipt", "r1", key="k1")
+    assert [q["sql"].split()[0] for q in inside.captured_queries] == ["INSERT"]
+    with CaptureQueriesContext(connection) as after:
+        for callback in callbacks:
+            callback()
+    statements = [q["sql"].split()[0] for q in after.captured_queries]
+    assert [s for s in statements if s in ("SELECT", "UPDATE")] == ["SELECT", "UPDATE"]
+    assert published == [("tests.receipt", "k1")]
