@@ -197,10 +197,9 @@ def run(
     target = Target(
         policy.database, context.tenant, context.key, fingerprint.current, policy.lease, policy.ttl
     )
-    seen.protocol = policy.protocol
+    seen.slot = Run(policy.protocol)
     try:
-        with claimed(target, policy.protocol, policy.wait, fingerprint.matches) as slot:
-            seen.claimed(slot)
+        with claimed(target, policy.protocol, policy.wait, fingerprint.matches, seen.slot) as slot:
             if slot.replay is None:
                 return _execute(context, policy, slot, call_view)
     except _Discard as discard:
@@ -347,13 +346,8 @@ class Observation:
         self.status: int | None = None
         self.stored: bool | None = None
         self.source: str | None = None
-        self.protocol: str | None = None
-        self.claim_seconds: float | None = None
-        self.waited_seconds = 0.0
+        self.slot: Run | None = None  # the claim's timings, once one was tried
         self.key_digest: str | None = None
-
-    def claimed(self, slot: Run) -> None:
-        self.claim_seconds, self.waited_seconds = slot.claim_seconds, slot.waited_seconds
 
     def replayed(self, source: str) -> None:
         self.outcome, self.source = signals.REPLAYED, source
@@ -365,7 +359,7 @@ class Observation:
         self.outcome, self.status = signals.refusal(error.code), error.status
 
     def raised(self) -> None:
-        if self.outcome is None and self.claim_seconds is not None:
+        if self.outcome is None and self.slot is not None:
             self.executed(stored=False)  # the view raised: rolled back, key freed
 
     def answered(self, response: HttpResponse) -> None:
@@ -385,9 +379,9 @@ class Observation:
             status=self.status,
             stored=self.stored,
             source=self.source,
-            protocol=self.protocol,
-            claim_seconds=self.claim_seconds,
-            waited_seconds=self.waited_seconds,
+            protocol=None if self.slot is None else self.slot.protocol,
+            claim_seconds=None if self.slot is None else self.slot.claim_seconds,
+            waited_seconds=0.0 if self.slot is None else self.slot.waited_seconds,
             total_seconds=time.monotonic() - self.started,
             key_digest=self.key_digest,
         )

@@ -74,10 +74,16 @@ def status_of(answer: StoredResponse) -> str:
 
 
 @contextmanager
-def claimed(target: Target, protocol: str, wait: float, matches: Matches) -> Iterator[Run]:
-    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim."""
+def claimed(
+    target: Target, protocol: str, wait: float, matches: Matches, run: Run | None = None
+) -> Iterator[Run]:
+    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim.
+
+    Pass ``run`` to read its timings even when claiming raises (409, 422, 503).
+    """
     proto = PROTOCOLS[protocol]
-    run = Run(protocol, _ttl=target.ttl)
+    run = run or Run(protocol)
+    run.protocol, run._ttl = protocol, target.ttl
     try:
         if proto.CLAIMS_IN_TRANSACTION:
             yield from _in_transaction(proto, target, run, wait, matches)
@@ -152,16 +158,18 @@ def _acquire(
     """Our claim, or ``None`` with ``run.replay`` set; raises 409 (after ``wait``) or 422."""
     started = time.monotonic()
     deadline, looks = started + wait, 0
-    while True:
-        found = _claim_or_take_over(proto, target, bounded)
-        if isinstance(found, Claim) or _replayable(found, run, matches):
-            run.claim_seconds = time.monotonic() - started - run.waited_seconds
-            return found if isinstance(found, Claim) else None
-        if found is None and looks < _LOOKS:
-            looks += 1  # committed or deleted after the statement's snapshot
-            continue
-        _wait(target, found, deadline, run)
-        looks = 0
+    try:
+        while True:
+            found = _claim_or_take_over(proto, target, bounded)
+            if isinstance(found, Claim) or _replayable(found, run, matches):
+                return found if isinstance(found, Claim) else None
+            if found is None and looks < _LOOKS:
+                looks += 1  # committed or deleted after the statement's snapshot
+                continue
+            _wait(target, found, deadline, run)
+            looks = 0
+    finally:
+        run.claim_seconds = time.monotonic() - started - run.waited_seconds
 
 
 def _replayable(found: Found, run: Run, matches: Matches) -> bool:

@@ -265,14 +265,6 @@ def test_key_reused_found_in_the_cache(client: Client, recorder: Recorder) -> No
     caches["local"].clear()
 
 
-CLAIM_TIMES_LOST = pytest.mark.xfail(
-    strict=True,
-    reason="core.run calls seen.claimed(slot) only when claimed() yields: a claim that ends "
-    "in 409, 422 or 503 reports protocol but no claim_seconds, and waited_seconds 0",
-)
-
-
-@CLAIM_TIMES_LOST
 def test_a_refused_claim_reports_its_claim_time(client: Client, recorder: Recorder) -> None:
     key = new_key()
     post(client, "/charges/", key, {"amount": 1})
@@ -283,7 +275,6 @@ def test_a_refused_claim_reports_its_claim_time(client: Client, recorder: Record
     assert fields["claim_seconds"] is not None
 
 
-@CLAIM_TIMES_LOST
 @override_settings(IDEMPOTENCY_WAIT=0.1)
 def test_a_409_after_waiting_reports_the_wait(client: Client, recorder: Recorder) -> None:
     key = new_key()
