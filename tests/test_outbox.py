@@ -306,3 +306,36 @@ def test_enqueue_costs_one_insert_and_the_fast_path_two_statements(
     statements = [q["sql"].split()[0] for q in after.captured_queries]
     assert [s for s in statements if s in ("SELECT", "UPDATE")] == ["SELECT", "UPDATE"]
     assert published == [("tests.receipt", "k1")]
+
+
+def test_the_fast_path_never_raises_into_the_request(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def database_gone(using: str) -> Any:
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(delivery, "_locked", database_gone)
+    delivery.publish_after_commit(1, "default")
+    assert "could not publish row 1 after commit" in caplog.text
+
+
+def test_the_gauges_are_skipped_when_the_stats_fail(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django.outbox.prometheus import OutboxCollector
+
+    def fail(using: str | None = None) -> Any:
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(delivery, "stats", fail)
+    assert list(OutboxCollector().collect()) == []
+    assert "stats unavailable" in caplog.text
+
+
+def test_rows_read_well_and_the_package_names_its_exports() -> None:
+    import idempotency_django.outbox as outbox
+
+    assert str(OutboxMessage(task="tests.receipt", key="k1")) == "tests.receipt [k1]"
+    assert outbox.stats is delivery.stats
+    with pytest.raises(AttributeError):
+        outbox.missing  # noqa: B018

@@ -38,7 +38,3 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} [{self.key}]"
-
-    @property
-    def pending(self) -> bool:
-        return self.sent_at is None
