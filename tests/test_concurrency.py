@@ -23,7 +23,7 @@ from django.utils import timezone
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store.sql import Target, take_over
 from tests.helpers import charges, new_key, post, race
-from tests.lock_helpers import advisory_holder
+from tests.lock_helpers import writer_of_charges
 
 pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
 
@@ -68,7 +68,7 @@ def _classify(responses: list[Any]) -> Counter[str]:
     return kinds
 
 
-def test_storm_of_same_key_requests_commits_exactly_one_execution() -> None:
+def test_storm_of_same_key_requests_commits_exactly_one_execution(protocol: str) -> None:
     totals: Counter[str] = Counter()
     for trial in range(STORM_TRIALS):
         key = f"storm-{trial}-{new_key()}"
@@ -83,7 +83,8 @@ def test_storm_of_same_key_requests_commits_exactly_one_execution() -> None:
     assert totals["409"] > 0
     assert totals["replay"] > 0
     print(
-        f"\nstorm: {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: {dict(totals)}, duplicates 0"
+        f"\nstorm ({protocol}): {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: "
+        f"{dict(totals)}, duplicates 0"
     )
 
 
@@ -207,7 +208,8 @@ def _in_thread(results: list[Any], path: str, key: str, body: dict[str, Any]) ->
 
 
 def _wait_in_flight(key: str, protocol: str, timeout: float = 10) -> None:
-    """Until the first request holds ``key``: its committed claim ("lease") or its advisory lock."""
+    """Until the first request holds ``key``: its committed claim ("lease"), or, under "lock"
+    (nothing committed to see), its view's uncommitted charge, seen in ``pg_locks``."""
     deadline = time.monotonic() + timeout
     while not _holding(key, protocol):
         assert time.monotonic() < deadline, "the first request never claimed its key"
@@ -218,4 +220,4 @@ def _wait_in_flight(key: str, protocol: str, timeout: float = 10) -> None:
 def _holding(key: str, protocol: str) -> bool:
     if protocol == "lease":
         return IdempotencyEntry.objects.filter(key=key).exists()
-    return advisory_holder(Target("default", "", key, "", timedelta(0), timedelta(0))) is not None
+    return writer_of_charges() is not None
