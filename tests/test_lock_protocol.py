@@ -140,7 +140,7 @@ def test_sigkilled_worker_leaves_nothing_and_the_retry_runs_at_once_and_once() -
     worker = Worker(key, body, "lock")
     try:
         pid = worker.wait_mid_view()
-        assert advisory_holder(_target(key)) == pid, "the worker's claim is not its lock"
+        locked_by = advisory_holder(_target(key))
     finally:
         worker.kill()
     killed = time.monotonic()
@@ -154,6 +154,7 @@ def test_sigkilled_worker_leaves_nothing_and_the_retry_runs_at_once_and_once() -
     assert after < 10, "the retry waited for something (a lease?)"
     _replay_of(send(key, body | {"sleep": 0}), retry)
     assert charges(key) == 1
+    assert locked_by == pid, "the worker's claim was not its advisory lock"
 
 
 # --- a view waiting on its own row lock ---------------------------------------------------------
