@@ -12,6 +12,7 @@ broken behaviour would take (queueing behind a holder that sleeps seconds).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key, problem, race
@@ -372,3 +373,48 @@ def _lease_passed(key: str) -> bool:
         (key,),
     )
     return bool(rows and rows[0][0])
+
+
+# --- a deadlock through a caller's own row lock ----------------------------------------------
+
+
+def test_claim_waiting_while_its_caller_holds_a_row_the_holder_wants_is_409_not_an_error() -> None:
+    """40P01 on the claim is "retry later".
+
+    W (a caller's transaction) locks a row, then waits (``wait=5``) for the key that
+    H holds; H then wants W's row: a deadlock. PostgreSQL breaks it by failing
+    the one that waited first, W's wait: W must get ``RequestInProgress``, its own
+    transaction still usable, and H must finish.
+    """
+    from idempotency_django import idempotent_call
+    from idempotency_django.exceptions import RequestInProgress
+
+    row = Charge.objects.create(reference="contended-row", amount=1)
+    key, locked = new_key(), threading.Event()
+    holder_done: list[object] = []
+
+    def holder() -> None:
+        try:
+            with idempotent_call(key, scope="deadlock", protocol="lock") as call:
+                assert locked.wait(10)
+                time.sleep(0.3)  # W is waiting on our key by now
+                Charge.objects.select_for_update().get(pk=row.pk)
+                call.result = {"ok": True}
+            holder_done.append(call.result)
+        except BaseException as exc:
+            holder_done.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    wait_for(lambda: advisory_holder(_target(f"deadlock\x1f{key}")), what="holder's claim")
+    with transaction.atomic():
+        Charge.objects.select_for_update().get(pk=row.pk)
+        locked.set()
+        waiting = idempotent_call(key, scope="deadlock", protocol="lock", wait=5)
+        with pytest.raises(RequestInProgress), waiting:
+            raise AssertionError("ran while the holder held the key")
+        assert Charge.objects.filter(pk=row.pk).exists()  # our transaction is still usable
+    thread.join(30)
+    assert holder_done == [{"ok": True}]
