@@ -336,6 +336,12 @@ def _outbox(report: Report, s: dict[str, Series], counts: dict[str, int]) -> Non
     report.timing(OUTBOX, "lock_enqueue", "lock: first execution with enqueue()", s["lock_enqueue"])
     cost = _minus(s["lock_enqueue"], s["lock"])
     report.timing(OUTBOX, "enqueue_cost", "enqueue()'s cost (with - without)", cost)
+    in_view = _minus(s["lock_enqueue_relayed"], s["lock"])
+    label = "  of which in the view's transaction (its INSERT)"
+    report.timing(OUTBOX, "enqueue_in_view", label, in_view)
+    fast = _minus(s["lock_enqueue"], s["lock_enqueue_relayed"])
+    label = "  of which the fast path after the commit (own txn, publish)"
+    report.timing(OUTBOX, "enqueue_fast_path", label, fast)
     extra = counts["first_enqueue"] - counts["first_lock"]
     report.add(
         OUTBOX,

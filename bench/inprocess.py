@@ -267,6 +267,9 @@ def run(
             if OUTBOX:
                 stack.enter_context(outbox.broker())
                 cases["lock_enqueue"] = requests.first("/enqueue/")
+                cases["lock_enqueue_relayed"] = outbox.without_fast_path(
+                    requests.first("/enqueue/")
+                )
             if redis:
                 cases.update(_cache_cases(requests))
             series = sweep(cases, rounds, per_round)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import redis
 
+from bench.measure import Sample
+
 BROKER = os.environ.get(
     "BENCH_CELERY_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 )
@@ -43,3 +45,25 @@ def broker() -> Iterator[None]:
 
 
 _BINDINGS = ("binding", "binding_permanent")
+
+
+def without_fast_path(sample: Sample) -> Sample:
+    """``sample`` with the on_commit publish left out: the row waits for the relay.
+
+    Splits enqueue()'s cost into its part in the view's transaction and the fast
+    path's (its own transaction and the publish, after the commit).
+    """
+    from idempotency_django.outbox import delivery
+
+    def skipped(pk: int, using: str) -> None:
+        return None
+
+    def run() -> float:
+        fast_path = delivery.publish_after_commit
+        delivery.publish_after_commit = skipped
+        try:
+            return sample()
+        finally:
+            delivery.publish_after_commit = fast_path
+
+    return run
