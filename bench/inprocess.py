@@ -228,13 +228,17 @@ def counts(requests: Requests) -> dict[str, int]:
     """Statements (round trips apart from BEGIN/COMMIT) per path, from Django's query capture."""
     found: dict[str, int] = {}
     for name, path in (("unprotected", "/unprotected/"), ("autocommit", "/autocommit/")):
-        found[f"first_{name}"] = count_sql(capture_first(requests, path)[1])
+        sent = capture_first(requests, path)[1]
+        found[f"first_{name}"] = count_sql(sent)
+        found[f"first_{name}_round_trips"] = len(sent)
     for protocol in PROTOCOLS:
         sent = capture_first(requests, f"/{protocol}/")[1]
         found[f"first_{protocol}"] = count_sql(sent)
         found[f"first_{protocol}_round_trips"] = len(sent)
-        found[f"replay_pg_{protocol}"] = count_sql(statements(requests.replay_pg(protocol)))
-        found[f"conflict_{protocol}"] = count_sql(statements(requests.conflict(protocol)))
+        for path in ("replay_pg", "conflict"):
+            sent = statements(getattr(requests, path)(protocol))
+            found[f"{path}_{protocol}"] = count_sql(sent)
+            found[f"{path}_{protocol}_round_trips"] = len(sent)
     found["first_lock_cached"] = count_sql(capture_first(requests, "/cached/")[1])
     replay = requests.replay_redis("/cached/")
     found["replay_redis"] = count_sql(statements(replay))
