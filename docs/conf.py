@@ -8,6 +8,7 @@ from pathlib import Path
 
 import django
 from django.conf import settings
+from sphinx.application import Sphinx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,9 +56,7 @@ html_static_path: list[str] = []
 exclude_patterns = ["_build", "examples"]
 
 
-def setup(app: object) -> None:
+def setup(app: Sphinx) -> None:
     # ``.. setting:: IDEMPOTENCY_TTL`` targets and ``:setting:`IDEMPOTENCY_TTL``` links,
     # as Django's own documentation has them.
-    app.add_object_type(  # type: ignore[attr-defined]
-        "setting", "setting", indextemplate="pair: %s; setting"
-    )
+    app.add_object_type("setting", "setting", indextemplate="pair: %s; setting")

@@ -14,7 +14,9 @@ import pytest
 from idempotency_django.exceptions import ALL_ERRORS, PROBLEM_BASE, IdempotencyError
 from tests.conftest import service_missing
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PACKAGE = ROOT / "idempotency_django"
 SITE = "https://idempotency-django.readthedocs.io/en/latest/"
 
 
@@ -58,3 +60,27 @@ def test_every_page_is_in_the_toctree(built_docs: Path) -> None:
     for source in DOCS.glob("*.rst"):
         if source.stem != "index":
             assert f'href="{source.stem}.html"' in index, f"{source.name} is not linked from index"
+
+
+def package_literals(pattern: str) -> set[str]:
+    """Every string literal of the package's source matching ``pattern``."""
+    found: set[str] = set()
+    for source in PACKAGE.rglob("*.py"):
+        found |= set(re.findall(rf'"({pattern})"', source.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_setting_has_a_heading(built_docs: Path) -> None:
+    names = package_literals(r"IDEMPOTENCY_[A-Z_]+")
+    assert "IDEMPOTENCY_TTL" in names
+    ids = html_ids(built_docs / "settings.html")
+    missing = sorted(name for name in names if f"setting-{name}" not in ids)
+    assert not missing, f"add a '.. setting::' heading to docs/settings.rst for {missing}"
+
+
+def test_every_check_id_is_documented(built_docs: Path) -> None:
+    check_ids = package_literals(r"[EW]\d{3}")
+    assert "E001" in check_ids
+    page = (built_docs / "settings.html").read_text(encoding="utf-8")
+    missing = sorted(i for i in check_ids if f"idempotency_django.{i}" not in page)
+    assert not missing, f"name these check ids in docs/settings.rst: {missing}"
