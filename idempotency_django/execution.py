@@ -48,7 +48,7 @@ class Run:
     remaining: float = 0.0  # a replayed entry's seconds to live, by the database's clock
     claim_seconds: float = 0.0
     waited_seconds: float = 0.0
-    running: bool = False
+    running: bool = False  # the caller's body has started: its errors are its own
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
     _recorded_at: float = field(default=0.0, repr=False)
@@ -74,10 +74,16 @@ def status_of(answer: StoredResponse) -> str:
 
 
 @contextmanager
-def claimed(target: Target, protocol: str, wait: float, matches: Matches) -> Iterator[Run]:
-    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim."""
+def claimed(
+    target: Target, protocol: str, wait: float, matches: Matches, run: Run | None = None
+) -> Iterator[Run]:
+    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim.
+
+    Pass ``run`` to read its timings even when claiming raises (409, 422, 503).
+    """
     proto = PROTOCOLS[protocol]
-    run = Run(protocol, _ttl=target.ttl)
+    run = run or Run(protocol)
+    run.protocol, run._ttl = protocol, target.ttl
     try:
         if proto.CLAIMS_IN_TRANSACTION:
             yield from _in_transaction(proto, target, run, wait, matches)
@@ -114,6 +120,7 @@ def _in_transaction(
             run._claim, run.running = claim, True
             yield run
             return
+    run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
 
 
@@ -123,6 +130,7 @@ def _claim_first(
     bounded = _bounded(target)
     claim = _acquire(proto, target, run, wait, matches, bounded)
     if claim is None:
+        run.running = True
         yield run
         return
     try:
@@ -150,16 +158,18 @@ def _acquire(
     """Our claim, or ``None`` with ``run.replay`` set; raises 409 (after ``wait``) or 422."""
     started = time.monotonic()
     deadline, looks = started + wait, 0
-    while True:
-        found = _claim_or_take_over(proto, target, bounded)
-        if isinstance(found, Claim) or _replayable(found, run, matches):
-            run.claim_seconds = time.monotonic() - started - run.waited_seconds
-            return found if isinstance(found, Claim) else None
-        if found is None and looks < _LOOKS:
-            looks += 1  # committed or deleted after the statement's snapshot
-            continue
-        _wait(target, found, deadline, run)
-        looks = 0
+    try:
+        while True:
+            found = _claim_or_take_over(proto, target, bounded)
+            if isinstance(found, Claim) or _replayable(found, run, matches):
+                return found if isinstance(found, Claim) else None
+            if found is None and looks < _LOOKS:
+                looks += 1  # committed or deleted after the statement's snapshot
+                continue
+            _wait(target, found, deadline, run)
+            looks = 0
+    finally:
+        run.claim_seconds = time.monotonic() - started - run.waited_seconds
 
 
 def _replayable(found: Found, run: Run, matches: Matches) -> bool:
@@ -202,19 +212,6 @@ def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Fou
             )
         return taken if isinstance(taken, Claim) else None
     return found
-
-
-def _decide(found: Found, run: Run, matches: Matches) -> bool:
-    """Whether ``found`` ends the search (a claim, or a final answer); raises 422."""
-    if isinstance(found, Claim):
-        return True
-    if isinstance(found, Existing):
-        if not matches(found.fingerprint):
-            raise KeyReused()
-        if found.response is not None:
-            run.replay, run.remaining = found.response, found.remaining
-            return True
-    return False
 
 
 def _release(proto: ModuleType, claim: Claim) -> None:

@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "idempotency_django",
+    "idempotency_django.contrib.prometheus",
     "sample_project.payments",
 ]
 

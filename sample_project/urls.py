@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from idempotency_django.contrib.prometheus.views import metrics
 from sample_project.payments import views
 
 urlpatterns = [
@@ -9,4 +10,5 @@ urlpatterns = [
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
 ]
