@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from idempotency_django.contrib.prometheus.views import metrics
-from sample_project.payments import views
+from sample_project.payments import checkout, views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -11,4 +11,9 @@ urlpatterns = [
     path("api/", include("sample_project.payments.api_urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
+    path("checkout/", checkout.checkout, name="checkout"),
+    path("checkout/pay/", checkout.pay, name="checkout-pay"),
+    path("checkout/orders/<str:order>/", checkout.order_status, name="checkout-order"),
+    path("checkout/form/", checkout.pay_form, name="checkout-form"),
+    path("checkout/receipts/<int:pk>/", checkout.receipt, name="checkout-receipt"),
 ]
