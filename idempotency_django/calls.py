@@ -75,7 +75,15 @@ def idempotent_call(
     call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
     using = database or conf.DATABASE
     fingerprint = keyed(arguments_digest(arguments))
-    target = Target(using, tenant, call._namespaced, fingerprint.current, conf.LEASE, _ttl(ttl))
+    target = Target(
+        using,
+        tenant,
+        call._namespaced,
+        fingerprint.current,
+        conf.LEASE,
+        _ttl(ttl),
+        conf.IDLE_TIMEOUT,
+    )
     codec = serializer or JSONSerializer()
     chosen = protocol_for(using, protocol or conf.PROTOCOL)
     seen = _Seen(origin, signals.key_digest(tenant, call._namespaced), Run(chosen))

@@ -175,6 +175,16 @@ def check_wait(value: Any) -> list[CheckMessage]:
     )
 
 
+def check_idle_timeout(value: Any) -> list[CheckMessage]:
+    if value is None or _positive_duration(value):
+        return []
+    return _error(
+        "E016",
+        f"IDEMPOTENCY_IDLE_TIMEOUT must be a positive duration or None, got {value!r}.",
+        "Give seconds (e.g. 300) or a datetime.timedelta; None leaves PostgreSQL's own setting.",
+    )
+
+
 def check_autocommit(alias: str, autocommit: Any) -> list[CheckMessage]:
     if autocommit is not False:
         return []
@@ -224,6 +234,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_DRF_ERROR_FORMAT", check_error_format),
     ("IDEMPOTENCY_PROTOCOL", check_protocol),
     ("IDEMPOTENCY_WAIT", check_wait),
+    ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
 )
 
 

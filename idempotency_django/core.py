@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
 from idempotency_django import cache, signals
+from idempotency_django.conf import conf
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
@@ -195,7 +196,13 @@ def run(
         seen.replayed("cache")
         return _replay(context, cached)
     target = Target(
-        policy.database, context.tenant, context.key, fingerprint.current, policy.lease, policy.ttl
+        policy.database,
+        context.tenant,
+        context.key,
+        fingerprint.current,
+        policy.lease,
+        policy.ttl,
+        conf.IDLE_TIMEOUT,
     )
     seen.slot = Run(policy.protocol)
     try:

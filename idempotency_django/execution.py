@@ -149,7 +149,7 @@ def _bounded(target: Target) -> bool:
     # Only a transaction we open ourselves gets the idle bound: a caller's own
     # transaction keeps its settings.
     conn = connections[target.using]
-    return is_postgres(conn) and not conn.in_atomic_block
+    return target.idle is not None and is_postgres(conn) and not conn.in_atomic_block
 
 
 def _acquire(

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from idempotency_django.contrib.prometheus.views import metrics
-from sample_project.payments import checkout, views
+from sample_project.payments import checkout, views, webhooks
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/", include("sample_project.payments.api_urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
+    path("webhooks/provider/", webhooks.provider_webhook, name="provider-webhook"),
     path("checkout/", checkout.checkout, name="checkout"),
     path("checkout/pay/", checkout.pay, name="checkout-pay"),
     path("checkout/orders/<str:order>/", checkout.order_status, name="checkout-order"),

@@ -380,6 +380,7 @@ def test_item3_autocommit_false_is_a_system_check_error() -> None:
         ({"IDEMPOTENCY_PROTOCOL": "optimistic"}, "idempotency_django.E012"),
         ({"IDEMPOTENCY_WAIT": -1}, "idempotency_django.E014"),
         ({"IDEMPOTENCY_WAIT": "5s"}, "idempotency_django.E014"),
+        ({"IDEMPOTENCY_IDLE_TIMEOUT": 0}, "idempotency_django.E016"),
     ],
 )
 def test_new_settings_are_checked(settings: dict[str, Any], check_id: str) -> None:
@@ -428,7 +429,7 @@ def test_item5_401_and_403_are_not_stored(status: str) -> None:
 
 
 @pytest.mark.requires_postgres
-@override_settings(IDEMPOTENCY_LEASE=7)
+@override_settings(IDEMPOTENCY_IDLE_TIMEOUT=7)
 def test_item6_our_transactions_are_ended_by_postgres_when_left_idle() -> None:
     seen: dict[str, str] = {}
 

@@ -215,6 +215,7 @@ def _while_request_runs(key: str, check: Callable[[IdempotencyEntry], None]) -> 
 
 @pytest.mark.requires_postgres
 @pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lease")  # only "lease" leaves a committed claim
 def test_a_claim_held_by_a_running_request_is_neither_deleted_nor_reclaimed() -> None:
     key = new_key()
 
