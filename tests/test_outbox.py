@@ -209,6 +209,17 @@ def test_purge_sent_deletes_sent_rows_past_the_ttl() -> None:
     assert delivery.purge_sent(older_than=timedelta(0)) == 0
 
 
+def test_the_entries_purge_also_purges_sent_rows() -> None:
+    from idempotency_django import purge
+
+    old, pending = _pending(2)
+    OutboxMessage.objects.filter(pk=old.pk).update(sent_at=timezone.now() - timedelta(days=2))
+    purge.purge(dry_run=True)
+    assert OutboxMessage.objects.count() == 2
+    purge.purge()
+    assert list(OutboxMessage.objects.values_list("pk", flat=True)) == [pending.pk]
+
+
 def test_the_command_relays_and_reports(published: Published) -> None:
     _pending(2, due=False)
     out = StringIO()
