@@ -6,7 +6,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/idempotency
 PORT ?= 8000
 export PG_URL
 
-.PHONY: install run test test-sqlite test-postgres lint bench stress tox clean
+.PHONY: install run test test-sqlite test-postgres lint docs bench stress tox clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[dev]' && touch $@
@@ -32,6 +32,9 @@ test-postgres: install
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy idempotency_django tests sample_project bench
+
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs build/docs
 
 bench: install
 	DATABASE_URL=$(PG_URL) $(PY) -m bench

@@ -114,21 +114,38 @@ def _in_transaction(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    with transaction.atomic(using=target.using):
-        claim = _acquire(proto, target, run, wait, matches, bounded)
-        if claim is not None:
-            run._claim, run.running = claim, True
-            yield run
-            return
+    own = not connections[target.using].in_atomic_block  # a caller's transaction stays open
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with transaction.atomic(using=target.using):
+                claim = _acquire(proto, target, run, deadline, matches, bounded, restart=own)
+                if claim is not None:
+                    run._claim, run.running = claim, True
+                    yield run
+                    return
+            break
+        except _Restart as restart:
+            # Waited for outside the transaction: under REPEATABLE READ a snapshot
+            # taken before the holder committed would never see its answer.
+            _wait(target, restart.found, deadline, run)
     run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
+
+
+class _Restart(Exception):
+    """Leave the (so far read-only) transaction to wait, then claim in a new one."""
+
+    def __init__(self, found: Found) -> None:
+        super().__init__()
+        self.found = found
 
 
 def _claim_first(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    claim = _acquire(proto, target, run, wait, matches, bounded)
+    claim = _acquire(proto, target, run, time.monotonic() + wait, matches, bounded)
     if claim is None:
         run.running = True
         yield run
@@ -153,11 +170,19 @@ def _bounded(target: Target) -> bool:
 
 
 def _acquire(
-    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches, bounded: bool
+    proto: ModuleType,
+    target: Target,
+    run: Run,
+    deadline: float,
+    matches: Matches,
+    bounded: bool,
+    restart: bool = False,
 ) -> Claim | None:
-    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (after ``wait``) or 422."""
-    started = time.monotonic()
-    deadline, looks = started + wait, 0
+    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (at ``deadline``) or 422.
+
+    With ``restart``, waiting leaves the transaction first (raises ``_Restart``).
+    """
+    started, looks, waited_before = time.monotonic(), 0, run.waited_seconds
     try:
         while True:
             found = _claim_or_take_over(proto, target, bounded)
@@ -166,10 +191,14 @@ def _acquire(
             if found is None and looks < _LOOKS:
                 looks += 1  # committed or deleted after the statement's snapshot
                 continue
+            if restart:
+                if deadline <= time.monotonic():
+                    raise RequestInProgress()
+                raise _Restart(found)
             _wait(target, found, deadline, run)
             looks = 0
     finally:
-        run.claim_seconds = time.monotonic() - started - run.waited_seconds
+        run.claim_seconds += time.monotonic() - started - (run.waited_seconds - waited_before)
 
 
 def _replayable(found: Found, run: Run, matches: Matches) -> bool:
@@ -203,15 +232,16 @@ def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Fou
     if isinstance(found, Existing) and found.dead:
         taken = proto.take_over(target)
         if taken is not None and found.response is None:
-            signals.send(
-                signals.entry_reclaimed,
-                sender="takeover",
-                how="takeover",
-                count=1,
-                database=target.using,
-            )
+            # Only once committed: under "lock" a rolled-back view undoes the takeover.
+            transaction.on_commit(lambda: _reclaimed(target.using), using=target.using)
         return taken if isinstance(taken, Claim) else None
     return found
+
+
+def _reclaimed(using: str) -> None:
+    signals.send(
+        signals.entry_reclaimed, sender="takeover", how="takeover", count=1, database=using
+    )
 
 
 def _release(proto: ModuleType, claim: Claim) -> None:
