@@ -12,6 +12,8 @@ import os
 
 import dj_database_url
 
+from bench import scratch
+
 SECRET_KEY = "bench-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -37,7 +39,8 @@ if OUTBOX:
 MIDDLEWARE: list[str] = []
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
-BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "idem_bench")
+# The run's scratch database (bench.scratch: idem_bench_<pid>, or BENCH_DATABASE).
+BENCH_DATABASE = scratch.MAIN
 DATABASES = {
     # Persistent connections, as a production app server keeps them.
     "default": dj_database_url.parse(
