@@ -75,10 +75,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="rounds per sweep (default 5)")
     parser.add_argument(
-        "--requests", type=int, default=200, help="in-process samples per round (200)"
+        "--requests", type=int, default=300, help="in-process samples per round (300)"
     )
     parser.add_argument(
-        "--http-requests", type=int, default=100, help="HTTP samples per round (100)"
+        "--http-requests", type=int, default=150, help="HTTP samples per round (150)"
     )
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
     parser.add_argument(
