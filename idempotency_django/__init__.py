@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["idempotent"]
+__all__ = ["__version__", "idempotent"]
 
 if TYPE_CHECKING:
     from idempotency_django.decorators import idempotent
+
+    __version__: str
 
 
 def __getattr__(name: str) -> Any:
@@ -17,4 +19,9 @@ def __getattr__(name: str) -> Any:
         from idempotency_django.decorators import idempotent
 
         return idempotent
+    if name == "__version__":
+        # From the installed metadata: pyproject.toml stays the one place it is written.
+        from importlib.metadata import version
+
+        return version("idempotency-django")
     raise AttributeError(name)

@@ -13,7 +13,8 @@ import os
 from celery import Celery
 
 BROKER_URL = os.environ.get("IDEMPOTENCY_TEST_CELERY_URL", "redis://127.0.0.1:6379/11")
-QUEUE = "idempotency-django-tests"
+# Its own queue per run (tox sets one per env): parallel runs share the broker.
+QUEUE = os.environ.get("IDEMPOTENCY_TEST_CELERY_QUEUE", "idempotency-django-tests")
 
 app = Celery(
     "idempotency_django_tests",
