@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["__version__", "idempotent"]
+__all__ = [
+    "IdempotencyContext",
+    "IdempotentRequest",
+    "__version__",
+    "idempotent",
+    "idempotent_call",
+    "idempotent_function",
+]
 
 if TYPE_CHECKING:
+    from idempotency_django.calls import idempotent_call, idempotent_function
+    from idempotency_django.core import IdempotencyContext, IdempotentRequest
     from idempotency_django.decorators import idempotent
 
     __version__: str
+
+_LAZY = {
+    "idempotent": "idempotency_django.decorators",
+    "idempotent_call": "idempotency_django.calls",
+    "idempotent_function": "idempotency_django.calls",
+    "IdempotencyContext": "idempotency_django.core",
+    "IdempotentRequest": "idempotency_django.core",
+}
 
 
 def __getattr__(name: str) -> Any:
     # Lazy so that importing the app (INSTALLED_APPS, settings) never imports
     # Django's model machinery before the app registry is ready.
-    if name == "idempotent":
-        from idempotency_django.decorators import idempotent
-
-        return idempotent
     if name == "__version__":
         # From the installed metadata: pyproject.toml stays the one place it is written.
         from importlib.metadata import version
 
         return version("idempotency-django")
-    raise AttributeError(name)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(import_module(module), name)

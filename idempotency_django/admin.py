@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.translation import ngettext
 
-from idempotency_django import core, purge
+from idempotency_django import purge
 from idempotency_django.conf import conf
 from idempotency_django.models import IdempotencyEntry
 
@@ -32,9 +34,9 @@ class ExpiredFilter(admin.SimpleListFilter):
         self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]
     ) -> QuerySet[IdempotencyEntry]:
         if self.value() == "yes":
-            return queryset.filter(expires_at__lte=core.now())
+            return queryset.filter(expires_at__lte=Now())
         if self.value() == "no":
-            return queryset.filter(expires_at__gt=core.now())
+            return queryset.filter(expires_at__gt=Now())
         return queryset
 
 
@@ -90,7 +92,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
 
     @admin.display(boolean=True, description="expired")
     def expired(self, entry: IdempotencyEntry) -> bool:
-        return entry.expires_at <= core.now()
+        return entry.expires_at <= timezone.now()
 
     @admin.display(description="response body")
     def body(self, entry: IdempotencyEntry) -> str:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 import time
 from datetime import timedelta
 
 from django.core.cache import caches
 
+from idempotency_django import signals
 from idempotency_django.responses import StoredResponse
 
 logger = logging.getLogger("idempotency_django")
@@ -37,11 +39,12 @@ def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
         value = caches[alias].get(cache_key(tenant, key))
     except Exception:
         logger.warning(_UNREACHABLE, alias, "using the database", PAUSE, exc_info=True)
-        _pause(alias)
+        _failed(alias, "get")
         return None
     if not isinstance(value, dict):
         return None
-    stored = StoredResponse(value["status"], [tuple(h) for h in value["headers"]], value["body"])
+    headers = [(str(name), str(text)) for name, text in value["headers"]]
+    stored = StoredResponse(value["status"], headers, value["body"], value.get("reason", ""))
     return value["fingerprint"], stored
 
 
@@ -57,12 +60,19 @@ def put(
         "status": response.status,
         "headers": [list(h) for h in response.headers],
         "body": response.body,
+        "reason": response.reason,
     }
     try:
         caches[alias].set(cache_key(tenant, key), value, timeout=seconds)
     except Exception:
         logger.warning(_UNREACHABLE, alias, "answer not cached", PAUSE, exc_info=True)
-        _pause(alias)
+        _failed(alias, "set")
+
+
+def _failed(alias: str, operation: str) -> None:
+    _pause(alias)
+    error = sys.exc_info()[1]
+    signals.send(signals.cache_failed, sender=alias, alias=alias, operation=operation, error=error)
 
 
 def _paused(alias: str) -> bool:

@@ -49,9 +49,22 @@ class Settings:
 
     @property
     def TENANT_RESOLVER(self) -> TenantResolver:
-        path = getattr(settings, "IDEMPOTENCY_TENANT_RESOLVER", DEFAULT_TENANT_RESOLVER)
-        resolver: TenantResolver = import_string(path)
+        """A dotted path or the callable itself."""
+        value = getattr(settings, "IDEMPOTENCY_TENANT_RESOLVER", DEFAULT_TENANT_RESOLVER)
+        resolver: TenantResolver = import_string(value) if isinstance(value, str) else value
         return resolver
+
+    @property
+    def PROTOCOL(self) -> str | None:
+        """``"lock"`` or ``"lease"``; ``None``: lock on PostgreSQL, lease elsewhere."""
+        value = getattr(settings, "IDEMPOTENCY_PROTOCOL", None)
+        return None if value is None else str(value)
+
+    @property
+    def WAIT(self) -> float:
+        """Seconds a duplicate waits for an in-flight original's answer before 409."""
+        value = getattr(settings, "IDEMPOTENCY_WAIT", 0)
+        return as_timedelta(value).total_seconds()
 
     @property
     def KEY_MAX_LENGTH(self) -> int:

@@ -1,58 +1,77 @@
-"""The protocol, independent of any view framework: claim, execute, record, replay.
+"""The HTTP protocol, independent of any view framework: key, tenant, replay, execute.
 
 Adapters (``decorators``, ``rest_framework``) call :func:`protect` with the
 request and a zero-argument callable that runs the view; everything that makes
-a request idempotent happens here.
+a request idempotent happens here and in :mod:`.execution`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import timedelta
+from urllib.parse import urlsplit
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
+from django.shortcuts import resolve_url
 
-from idempotency_django import cache, store
+from idempotency_django import cache, signals
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
     KeyReused,
-    RequestInProgress,
-    StoreUnavailable,
 )
+from idempotency_django.execution import Run, claimed, status_of, translate
+from idempotency_django.fingerprint import Keyed, keyed
 from idempotency_django.keys import derive_key, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
+from idempotency_django.store.sql import Target
 
 logger = logging.getLogger("idempotency_django")
 ViewCall = Callable[[], HttpResponse]
-_CLAIM_ATTEMPTS = 3
+TenantOf = Callable[[], object]
 TENANT_MAX_LENGTH = IdempotencyEntry._meta.get_field("tenant").max_length or 255
-
-
-def now() -> datetime:
-    """The clock every lease and expiry is measured with (patched by tests)."""
-    return timezone.now()
 
 
 @dataclass
 class IdempotencyContext:
-    """``request.idempotency``: what a protected view knows about its key."""
+    """``request.idempotency``: what a protected view knows about its key.
 
-    key: str
+    Set on every request that reaches a protected view; ``key`` is ``None`` when
+    the request carries none (a safe method, or an optional key left out).
+    """
+
+    key: str | None
     tenant: str
     replayed: bool = False
-    _fingerprint: str = field(default="", repr=False)
+    _fingerprint: Keyed | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service (e.g. a payment provider's Idempotency-Key)."""
+        if self.key is None:
+            raise ImproperlyConfigured(
+                "request.idempotency.derive() needs an idempotency key, and this request "
+                "carries none (a safe method, or IDEMPOTENCY_REQUIRED = False and no key sent)."
+            )
         return derive_key(self.tenant, self.key, namespace)
+
+
+class IdempotentRequest(HttpRequest):
+    """For annotations only: a request that reached a protected view.
+
+    ``def charge(request: IdempotentRequest) -> HttpResponse:`` lets a type
+    checker see ``request.idempotency`` (django-htmx's ``HtmxHttpRequest`` idea).
+    """
+
+    idempotency: IdempotencyContext
 
 
 def applies(request: HttpRequest, options: Options) -> bool:
@@ -61,24 +80,60 @@ def applies(request: HttpRequest, options: Options) -> bool:
     return method not in SAFE_METHODS and method in options.methods
 
 
+def passing_through(request: HttpRequest, tenant_of: TenantOf | None = None) -> None:
+    """``request.idempotency`` for a request the protection lets through untouched."""
+    if not hasattr(request, "idempotency"):
+        tenant = ""
+        if tenant_of is not None:
+            try:
+                tenant = str(tenant_of())
+            except Exception:  # noqa: BLE001  (only informative here)
+                tenant = ""
+        request.idempotency = IdempotencyContext(None, tenant)  # type: ignore[attr-defined]
+
+
 def protect(
-    request: HttpRequest, policy: Policy, tenant_of: Callable[[], object], call_view: ViewCall
+    request: HttpRequest, policy: Policy, tenant_of: TenantOf, call_view: ViewCall
 ) -> HttpResponse:
     """Answer ``request`` idempotently; raises ``IdempotencyError`` for client errors.
 
-    ``request`` is the Django request (its key and fingerprint are read from it);
-    ``tenant_of()`` resolves the tenant, called once the adapter has authenticated.
+    ``tenant_of()`` resolves the tenant; it is called once the adapter has
+    authenticated, and again after the view, to catch a view that authenticates
+    on its own (then the tenant the claim used was not the caller's).
     """
+    seen = Observation(request)
+    try:
+        response = _protect(request, policy, tenant_of, call_view, seen)
+        seen.answered(response)
+        return response
+    except IdempotencyError as error:
+        seen.refused(error)
+        raise
+    except BaseException:
+        seen.raised()
+        raise
+    finally:
+        seen.send()
+
+
+def _protect(
+    request: HttpRequest,
+    policy: Policy,
+    tenant_of: TenantOf,
+    call_view: ViewCall,
+    seen: Observation,
+) -> HttpResponse:
     with store_errors():  # a resolver may load the session's user from the database
-        tenant = tenant_of()
-    key = extract_key(request, policy)
-    if key is None:
-        return call_view()
-    context = IdempotencyContext(
-        key, check_tenant(tenant), _fingerprint=policy.fingerprint(request)
-    )
+        tenant = check_tenant(tenant_of())
+    context = IdempotencyContext(None, tenant)
     request.idempotency = context  # type: ignore[attr-defined]
-    return run(context, policy, call_view)
+    context.key = extract_key(request, policy)
+    if context.key is None:
+        seen.skip = True
+        return call_view()
+    context._fingerprint = keyed(policy.fingerprint(request))
+    seen.key_digest = signals.key_digest(tenant, context.key)
+    return run(context, policy, _checked(call_view, tenant_of, tenant, policy), seen)
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
@@ -103,138 +158,128 @@ def check_tenant(tenant: object) -> str:
     return tenant
 
 
-def run(context: IdempotencyContext, policy: Policy, call_view: ViewCall) -> HttpResponse:
+def run(
+    context: IdempotencyContext, policy: Policy, call_view: ViewCall, seen: Observation
+) -> HttpResponse:
     """Replay a final answer, or claim the key and execute the view once."""
-    cached = _from_cache(context, policy)
+    assert context.key is not None
+    assert context._fingerprint is not None
+    fingerprint = context._fingerprint
+    cached = _from_cache(context, policy, fingerprint)
     if cached is not None:
+        seen.replayed("cache")
         return _replay(context, cached)
-    outcome = _acquire(context, policy)
-    if isinstance(outcome, StoredResponse):
-        return _replay(context, outcome)
-    return _execute(context, outcome, policy, call_view)
+    target = Target(
+        policy.database, context.tenant, context.key, fingerprint.current, policy.lease, policy.ttl
+    )
+    seen.protocol = policy.protocol
+    try:
+        with claimed(target, policy.protocol, policy.wait, fingerprint.matches) as slot:
+            seen.claimed(slot)
+            if slot.replay is None:
+                return _execute(context, policy, slot, call_view)
+    except _Discard as discard:
+        seen.executed(stored=False)
+        return discard.response
+    assert slot.replay is not None
+    seen.replayed("database")
+    _cache_on_commit(context, policy, fingerprint.current, slot.replay, slot)
+    return _replay(context, slot.replay)
 
 
-def _from_cache(context: IdempotencyContext, policy: Policy) -> StoredResponse | None:
+def _execute(
+    context: IdempotencyContext, policy: Policy, slot: Run, call_view: ViewCall
+) -> HttpResponse:
+    """Inside the claim's transaction: run the view, keep its answer if it is final."""
+    response = require_plain(call_view())
+    if not _stored(response) or transaction.get_rollback(using=policy.database):
+        # Transient, a refusal, or the view marked its transaction for rollback.
+        raise _Discard(response)
+    stored = StoredResponse.from_response(response)
+    slot.record(status_of(stored), stored)
+    assert context._fingerprint is not None
+    _cache_on_commit(context, policy, context._fingerprint.current, stored, slot)
+    return response
+
+
+def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str, policy: Policy) -> ViewCall:
+    """``call_view`` that fails loudly when the view changed who the caller is."""
+
+    def call() -> HttpResponse:
+        try:
+            response = call_view()
+        except RuntimeError as exc:
+            if "durable" not in str(exc):
+                raise
+            raise ImproperlyConfigured(_DURABLE) from exc
+        if check_tenant(tenant_of()) != tenant:
+            raise ImproperlyConfigured(_TENANT_CHANGED)
+        return response
+
+    return call
+
+
+_DURABLE = (
+    "A protected view runs inside the transaction that holds its idempotency claim, so "
+    "transaction.atomic(durable=True) can't be used in it: use a plain atomic() block."
+)
+_TENANT_CHANGED = (
+    "The idempotency tenant changed while the view ran: the view authenticates the caller "
+    "itself, after @idempotent resolved the tenant, so the key was claimed in the wrong "
+    "caller's key space. Nothing was stored. Put @idempotent below (after) the "
+    "authentication decorators, or, for Django REST framework views, use "
+    "idempotency_django.rest_framework.IdempotentMixin (or @api_view above @idempotent)."
+)
+
+
+def _stored(response: HttpResponse) -> bool:
+    """Whether this answer is stored and replayed: final, and not an auth refusal."""
+    return is_final(response.status_code) and not is_refusal(response)
+
+
+def is_refusal(response: HttpResponse) -> bool:
+    """401, 403, or a redirect to ``LOGIN_URL``: never stored (the caller may log in)."""
+    if response.status_code in (401, 403):
+        return True
+    if not 300 <= response.status_code < 400 or "Location" not in response:
+        return False
+    login = urlsplit(resolve_url(settings.LOGIN_URL)).path
+    return urlsplit(response["Location"]).path == login
+
+
+def _from_cache(
+    context: IdempotencyContext, policy: Policy, fingerprint: Keyed
+) -> StoredResponse | None:
     if policy.cache is None:
         return None
+    assert context.key is not None
     hit = cache.get(policy.cache, context.tenant, context.key)
     if hit is None:
         return None
-    fingerprint, stored = hit
-    if fingerprint != context._fingerprint:
+    stored_fingerprint, stored = hit
+    if not fingerprint.matches(stored_fingerprint):
         raise KeyReused()
     return stored
 
 
-def _acquire(context: IdempotencyContext, policy: Policy) -> store.Claim | StoredResponse:
-    """A claim of our own, or the final answer to replay; raises 409/422/503."""
-    for _ in range(_CLAIM_ATTEMPTS):
-        started = now()
-        args = (policy.database, context.tenant, context.key, context._fingerprint, started)
-        with store_errors():
-            found = store.claim(*args, policy.lease, policy.ttl)
-            if isinstance(found, store.Existing) and found.is_dead(started):
-                found = store.take_over(*args, policy.lease, policy.ttl)
-        if isinstance(found, store.Claim):
-            return found
-        if isinstance(found, store.Existing):
-            answer = _decide(context, found)
-            _refill_cache(context, policy, found)
-            return answer
-        # None: the row changed under us (committed, deleted or held); look again.
-    raise RequestInProgress()
-
-
-def _decide(context: IdempotencyContext, existing: store.Existing) -> StoredResponse:
-    if existing.fingerprint != context._fingerprint:
-        raise KeyReused()
-    if existing.response is None:
-        raise RequestInProgress()
-    return existing.response
-
-
-def _refill_cache(context: IdempotencyContext, policy: Policy, existing: store.Existing) -> None:
-    """Put an answer replayed from the database back into the cache (evicted, or Redis restarted)."""
-    if existing.response is not None:
-        _cache_on_commit(
-            context, policy, existing.fingerprint, existing.response, existing.expires_at
-        )
-
-
 def _cache_on_commit(
-    context: IdempotencyContext,
-    policy: Policy,
-    fingerprint: str,
-    answer: StoredResponse,
-    expires_at: datetime,
+    context: IdempotencyContext, policy: Policy, fingerprint: str, answer: StoredResponse, slot: Run
 ) -> None:
-    """Cache ``answer`` once the transaction commits, until the entry itself expires."""
+    """Cache ``answer`` once the transaction commits, never past the entry's own expiry.
+
+    The lifetime is the database's (the entry's time left), less what this
+    process's monotonic clock says has passed since: no wall clock involved.
+    """
     if policy.cache is None:
         return
-    alias = policy.cache
-    # The time left is measured when the callback runs: on_commit hooks registered
-    # before it (the view's own) may take a while, and the cache must never outlive
-    # the entry. Runs at once in autocommit.
+    alias, tenant, key = policy.cache, context.tenant, context.key
+    assert key is not None
     transaction.on_commit(
         lambda: cache.put(
-            alias, context.tenant, context.key, fingerprint, answer, expires_at - now()
+            alias, tenant, key, fingerprint, answer, timedelta(seconds=slot.cache_lifetime())
         ),
         using=policy.database,
     )
-
-
-def _execute(
-    context: IdempotencyContext, claim: store.Claim, policy: Policy, call_view: ViewCall
-) -> HttpResponse:
-    try:
-        with transaction.atomic(using=claim.using):
-            _lock(claim, policy)
-            response = require_plain(call_view())
-            if not is_final(response.status_code):
-                raise _Discard(response)
-            _record(context, claim, policy, response)
-    except _Discard as discard:
-        _release(claim)
-        return discard.response
-    except BaseException:
-        _release(claim)
-        raise
-    return response
-
-
-def _lock(claim: store.Claim, policy: Policy) -> None:
-    with store_errors():
-        held = store.lock(claim, now(), policy.lease)
-    if not held:
-        # Taken over between our claim and our lock: the other request runs it.
-        raise RequestInProgress()
-
-
-def _record(
-    context: IdempotencyContext, claim: store.Claim, policy: Policy, response: HttpResponse
-) -> None:
-    stored = StoredResponse.from_response(response)
-    status = (
-        IdempotencyEntry.Status.COMPLETED
-        if response.status_code < 400
-        else IdempotencyEntry.Status.FAILED_FINAL
-    )
-    recorded_at = now()
-    if not store.record(claim, status, stored, recorded_at, policy.ttl):
-        raise RuntimeError("idempotency claim lost while its row lock was held")
-    _cache_on_commit(context, policy, context._fingerprint, stored, recorded_at + policy.ttl)
-
-
-def _release(claim: store.Claim) -> None:
-    try:
-        store.release(claim)
-    except (OperationalError, InterfaceError):
-        # The lease frees the key once it passes; nothing committed meanwhile.
-        logger.warning(
-            "could not release idempotency claim %s; its lease will expire",
-            claim.key,
-            exc_info=True,
-        )
 
 
 def _replay(context: IdempotencyContext, stored: StoredResponse) -> HttpResponse:
@@ -252,19 +297,83 @@ class _Discard(Exception):
 
 @contextmanager
 def store_errors() -> Iterator[None]:
-    """Database errors while protecting a request become a 503: nothing ran."""
+    """Database errors while protecting a request become a 503 (or a 409): nothing ran."""
     try:
         yield
     except (OperationalError, InterfaceError) as exc:
-        logger.error("idempotency store unreachable: %s", exc)
-        raise StoreUnavailable() from exc
+        raise translate(exc) from exc
+
+
+def store_unavailable(exc: OperationalError | InterfaceError) -> IdempotencyError:
+    """The answer to a database error met before the view (e.g. while authenticating)."""
+    return translate(exc)
+
+
+class Observation:
+    """What one protected request did, sent as one ``signals.outcome`` at the end."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.started = time.monotonic()
+        self.method = request.method
+        match = getattr(request, "resolver_match", None)
+        self.route: str | None = match.view_name if match is not None else None
+        self.skip = False
+        self.outcome: str | None = None
+        self.status: int | None = None
+        self.stored: bool | None = None
+        self.source: str | None = None
+        self.protocol: str | None = None
+        self.claim_seconds: float | None = None
+        self.waited_seconds = 0.0
+        self.key_digest: str | None = None
+
+    def claimed(self, slot: Run) -> None:
+        self.claim_seconds, self.waited_seconds = slot.claim_seconds, slot.waited_seconds
+
+    def replayed(self, source: str) -> None:
+        self.outcome, self.source = signals.REPLAYED, source
+
+    def executed(self, stored: bool) -> None:
+        self.outcome, self.stored = signals.EXECUTED, stored
+
+    def refused(self, error: IdempotencyError) -> None:
+        self.outcome, self.status = signals.refusal(error.code), error.status
+
+    def raised(self) -> None:
+        if self.outcome is None and self.claim_seconds is not None:
+            self.executed(stored=False)  # the view raised: rolled back, key freed
+
+    def answered(self, response: HttpResponse) -> None:
+        self.status = response.status_code
+        if self.outcome is None:
+            self.executed(stored=True)
+
+    def send(self) -> None:
+        if self.skip or self.outcome is None:
+            return
+        signals.send(
+            signals.outcome,
+            sender="http",
+            outcome=self.outcome,
+            method=self.method,
+            route=self.route,
+            status=self.status,
+            stored=self.stored,
+            source=self.source,
+            protocol=self.protocol,
+            claim_seconds=self.claim_seconds,
+            waited_seconds=self.waited_seconds,
+            total_seconds=time.monotonic() - self.started,
+            key_digest=self.key_digest,
+        )
 
 
 __all__ = [
     "IdempotencyContext",
     "IdempotencyError",
+    "IdempotentRequest",
     "applies",
-    "now",
+    "passing_through",
     "protect",
     "run",
     "store_errors",

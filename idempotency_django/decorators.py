@@ -64,6 +64,8 @@ def idempotent(
     methods: Iterable[str] | None = None,
     key: KeyExtractor | None = None,
     fingerprint: Fingerprinter | None = None,
+    protocol: str | None = None,
+    wait: float | timedelta | None = None,
 ) -> Callable[[ViewFunc], ViewFunc]: ...
 
 
@@ -112,9 +114,36 @@ def _async_wrapper(view: Callable[..., Any], options: Options) -> Callable[..., 
 def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
     """Protect one call of a view, answering client errors as problem+json."""
     if not core.applies(request, options):
+        core.passing_through(request, lambda: options.resolve().tenant(request))
         return call_view()
     try:
         policy = options.resolve()
-        return core.protect(request, policy, lambda: policy.tenant(request), call_view)
+        call = _rendered_for_drf(request, call_view)
+        return core.protect(request, policy, lambda: policy.tenant(request), call)
     except IdempotencyError as error:
         return problem_response(error)
+
+
+def _rendered_for_drf(request: HttpRequest, call_view: core.ViewCall) -> core.ViewCall:
+    """Under ``@api_view``, give the view's ``Response`` the renderer DRF negotiated.
+
+    ``@api_view`` above ``@idempotent`` calls us with DRF's request, already
+    authenticated; DRF would only pick the renderer after we return, but the
+    answer must be rendered to be stored.
+    """
+    renderer = getattr(request, "accepted_renderer", None)
+    if renderer is None:
+        return call_view
+
+    def call() -> HttpResponse:
+        response = call_view()
+        if callable(getattr(response, "render", None)) and not hasattr(
+            response, "accepted_renderer"
+        ):
+            context = dict(getattr(request, "parser_context", None) or {})
+            response.accepted_renderer = renderer  # type: ignore[attr-defined]
+            response.accepted_media_type = request.accepted_media_type  # type: ignore[attr-defined]
+            response.renderer_context = {**context, "request": request}  # type: ignore[attr-defined]
+        return response
+
+    return call

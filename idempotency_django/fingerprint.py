@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from django.conf import settings
@@ -106,3 +108,55 @@ def _digest(upload: UploadedFile[bytes]) -> str:
 def _is_json(content_type: str) -> bool:
     media = content_type.split(";")[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
+
+
+# -- keyed fingerprints (minimal; the fingerprint work replaces this) --------------
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A request's fingerprint as stored (``current``) and as recognised (``accepted``)."""
+
+    current: str
+    accepted: frozenset[str]
+
+    def matches(self, stored: str) -> bool:
+        return stored in self.accepted
+
+
+def keyed(digest: str) -> Keyed:
+    """HMAC-SHA256 of ``digest`` under SECRET_KEY; also accepted under SECRET_KEY_FALLBACKS."""
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    signed = [_sign(secret, digest) for secret in secrets]
+    return Keyed(signed[0], frozenset(signed))
+
+
+def _sign(secret: str, digest: str) -> str:
+    key = hashlib.sha256(b"idempotency_django.fingerprint" + secret.encode()).digest()
+    return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
+
+
+def arguments_digest(value: object) -> str:
+    """A canonical digest of a function's arguments (JSON, sorted keys)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """What a fingerprint needs, kept before authentication: the request, its body read."""
+
+    request: HttpRequest
+
+
+def snapshot(request: HttpRequest) -> RequestSnapshot:
+    if request.method == "POST" and (request.content_type or "").lower() == "multipart/form-data":
+        if _fits_in_memory(request):
+            _read_body(request)
+    else:
+        _read_body(request)
+    return RequestSnapshot(request)
+
+
+def digest(snap: RequestSnapshot) -> str:
+    return request_fingerprint(snap.request)

@@ -16,12 +16,14 @@ class IdempotencyEntry(models.Model):
 
     tenant = models.CharField(max_length=255, blank=True)
     key = models.CharField(max_length=255)
-    # SHA-256 of the canonical request, never the request itself.
+    # A keyed hash (HMAC-SHA256) of the canonical request, never the request itself.
     fingerprint = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
     # Fencing token: every claim gets a fresh one; writes are conditional on it.
     owner = models.UUIDField(default=uuid.uuid4)
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Only a custom reason phrase ("Card Declined"); empty means the standard one.
+    response_reason = models.CharField(max_length=255, blank=True, default="")
     response_headers = models.JSONField(default=list, blank=True)
     response_body = models.BinaryField(null=True, blank=True)
     locked_until = models.DateTimeField()

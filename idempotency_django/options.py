@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 from django.http import HttpRequest
 
 from idempotency_django.conf import TenantResolver, as_timedelta, conf
@@ -15,6 +17,7 @@ from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
 KeyExtractor = Callable[[HttpRequest], "str | None"]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 DEFAULT_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PROTOCOLS = ("lock", "lease")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Options:
     methods: frozenset[str] = DEFAULT_METHODS
     key: KeyExtractor | None = None
     fingerprint: Fingerprinter | None = None
+    protocol: str | None = None
+    wait: float | None = None
 
     def __post_init__(self) -> None:
         _check_instance("header", self.header, str)
@@ -44,6 +49,10 @@ class Options:
             raise TypeError(
                 "@idempotent(lease=...) must be shorter than @idempotent(ttl=...); "
                 f"got {_seconds(self.lease)} and {_seconds(self.ttl)}."
+            )
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise TypeError(
+                f'@idempotent(protocol=...) must be "lock" or "lease", got {self.protocol!r}.'
             )
         if self.methods & SAFE_METHODS:
             raise TypeError(
@@ -65,6 +74,8 @@ class Options:
         methods: Iterable[str] | None = None,
         key: KeyExtractor | None = None,
         fingerprint: Fingerprinter | None = None,
+        protocol: str | None = None,
+        wait: float | timedelta | None = None,
     ) -> Options:
         """Validate and normalise keyword options; a wrong one is a ``TypeError`` now."""
         if isinstance(methods, str):
@@ -80,21 +91,26 @@ class Options:
             methods=DEFAULT_METHODS if methods is None else frozenset(m.upper() for m in methods),
             key=key,
             fingerprint=fingerprint,
+            protocol=protocol,
+            wait=_wait(wait),
         )
 
     def resolve(self) -> Policy:
         """The settings in force for one request."""
+        database = self.database or conf.DATABASE
         return Policy(
             header=self.header or conf.HEADER,
             required=conf.REQUIRED if self.required is None else self.required,
             ttl=self.ttl or conf.TTL,
             lease=self.lease or conf.LEASE,
             tenant=self.tenant or conf.TENANT_RESOLVER,
-            database=self.database or conf.DATABASE,
+            database=database,
             cache=self.cache if self.cache is not None else conf.CACHE,
             key_max_length=conf.KEY_MAX_LENGTH,
             key=self.key,
             fingerprint=self.fingerprint or request_fingerprint,
+            protocol=protocol_for(database, self.protocol or conf.PROTOCOL),
+            wait=conf.WAIT if self.wait is None else self.wait,
         )
 
 
@@ -112,6 +128,21 @@ class Policy:
     key_max_length: int
     key: KeyExtractor | None
     fingerprint: Fingerprinter
+    protocol: str = "lease"
+    wait: float = 0.0
+
+
+def protocol_for(database: str, wanted: str | None) -> str:
+    """The protocol a request on ``database`` uses: ``wanted``, else the database's default."""
+    postgres = connections[database].vendor == "postgresql"
+    if wanted is None:
+        return "lock" if postgres else "lease"
+    if wanted == "lock" and not postgres:
+        raise ImproperlyConfigured(
+            f'The "lock" idempotency protocol needs PostgreSQL; the database {database!r} is '
+            f'{connections[database].vendor}. Use protocol="lease" there.'
+        )
+    return wanted
 
 
 def check_option_names(options: Mapping[str, object]) -> None:
@@ -133,6 +164,16 @@ def _seconds(duration: timedelta) -> str:
 def _check_instance(name: str, value: object, kind: type) -> None:
     if value is not None and not isinstance(value, kind):
         raise TypeError(f"@idempotent({name}=...) must be a {kind.__name__}, got {value!r}.")
+
+
+def _wait(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise TypeError(f"@idempotent(wait=...) takes seconds (0 or more), got {value!r}.")
+    return float(value)
 
 
 def _duration(name: str, value: float | timedelta | None) -> timedelta | None:

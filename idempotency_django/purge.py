@@ -2,7 +2,7 @@
 
 Reclaiming an abandoned claim is deleting its entry: the key then behaves as new.
 On PostgreSQL every batch picks its rows with ``SKIP LOCKED``. A request that
-outlived its lease still holds its row lock (``store.lock``) until its transaction
+outlived its lease still holds its row lock (``store.lease.hold``) until its transaction
 ends, so its row is skipped: never waited on, never deleted. SQLite has no row
 locks but serialises writers: a purge statement runs only once the request has
 committed, when its entry is final and no longer matches.
@@ -11,6 +11,7 @@ committed, when its entry is final and no longer matches.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,9 +20,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django import core, store
+from idempotency_django import signals
 from idempotency_django.conf import conf
-from idempotency_django.models import IdempotencyEntry
+from idempotency_django.store import sql
 
 logger = logging.getLogger("idempotency_django")
 DEFAULT_BATCH_SIZE = 1000
@@ -62,27 +63,55 @@ def purge(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     conn = connections[using or conf.DATABASE]
-    at = now or core.now()
+    started = time.monotonic()
     run = _count if dry_run else _delete
     result = PurgeResult(
-        expired=run(conn, _expired(conn, at), batch_size),
-        abandoned=run(conn, _abandoned(conn, at), batch_size),
+        expired=run(conn, _expired(conn, now), batch_size),
+        abandoned=run(conn, _abandoned(conn, now), batch_size),
         dry_run=dry_run,
     )
-    logger.info("idempotency purge on %r: %s", conn.alias, result)
+    _report(conn.alias, result, time.monotonic() - started)
     return result
+
+
+def _report(alias: str, result: PurgeResult, seconds: float) -> None:
+    if result.abandoned and not result.dry_run:
+        signals.send(
+            signals.entry_reclaimed,
+            sender="purge",
+            how="purge",
+            count=result.abandoned,
+            database=alias,
+        )
+    signals.send(
+        signals.purge_finished,
+        sender="purge",
+        expired=result.expired,
+        abandoned=result.abandoned,
+        dry_run=result.dry_run,
+        database=alias,
+        seconds=seconds,
+    )
 
 
 def release(ids: Iterable[int], using: str | None = None, now: datetime | None = None) -> int:
     """Delete those of ``ids`` that are in progress past their lease and not held; the count."""
     conn = connections[using or conf.DATABASE]
-    stuck = _lease_passed(conn, now or core.now())
+    stuck = _lease_passed(conn, now)
     released = 0
     for chunk in _chunks(list(ids), DEFAULT_BATCH_SIZE):
         marks = ", ".join(["%s"] * len(chunk))
         where = f"{stuck.where} AND {_q(conn, 'id')} IN ({marks})"
         selection = _Selection(where, [*stuck.params, *chunk], stuck.order)
         released += _delete_batch(conn, selection, len(chunk))[0]
+    if released:
+        signals.send(
+            signals.entry_reclaimed,
+            sender="admin",
+            how="admin",
+            count=released,
+            database=conn.alias,
+        )
     return released
 
 
@@ -90,25 +119,28 @@ def _q(conn: BaseDatabaseWrapper, name: str) -> str:
     return str(conn.ops.quote_name(name))
 
 
-def _expired(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
-    at = conn.ops.adapt_datetimefield_value(now)
-    return _Selection(f"{_q(conn, 'expires_at')} <= %s", [at], _q(conn, "expires_at"))
+def _clock(conn: BaseDatabaseWrapper, now: datetime | None) -> tuple[str, list[Any]]:
+    """The database's clock, unless the caller names a time (tests, benchmarks)."""
+    if now is None:
+        return sql.now_sql(conn), []
+    return "%s", [conn.ops.adapt_datetimefield_value(now)]
 
 
-def _lease_passed(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
-    # The status as a literal, so that the planner can match the partial
-    # idempotency_zombie_idx (WHERE status = 'in_progress') whatever the binding.
-    at = conn.ops.adapt_datetimefield_value(now)
-    status = f"{_q(conn, 'status')} = '{IdempotencyEntry.Status.IN_PROGRESS.value}'"
-    where = f"{status} AND {_q(conn, 'locked_until')} <= %s"
-    return _Selection(where, [at], _q(conn, "locked_until"))
+def _expired(conn: BaseDatabaseWrapper, now: datetime | None) -> _Selection:
+    at, params = _clock(conn, now)
+    return _Selection(sql.expired_sql(conn, at), params, _q(conn, "expires_at"))
 
 
-def _abandoned(conn: BaseDatabaseWrapper, now: datetime) -> _Selection:
+def _lease_passed(conn: BaseDatabaseWrapper, now: datetime | None) -> _Selection:
+    at, params = _clock(conn, now)
+    return _Selection(sql.lease_over_sql(conn, at), params, _q(conn, "locked_until"))
+
+
+def _abandoned(conn: BaseDatabaseWrapper, now: datetime | None) -> _Selection:
     # Not yet expired, so that no entry counts as both kinds (dry runs add up).
-    stuck = _lease_passed(conn, now)
-    where = f"{stuck.where} AND {_q(conn, 'expires_at')} > %s"
-    return _Selection(where, [*stuck.params, conn.ops.adapt_datetimefield_value(now)], stuck.order)
+    at, params = _clock(conn, now)
+    where = f"{sql.lease_over_sql(conn, at)} AND {_q(conn, 'expires_at')} > {at}"
+    return _Selection(where, [*params, *params], _q(conn, "locked_until"))
 
 
 def _delete(conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int) -> int:
@@ -138,7 +170,7 @@ def _delete_batch(conn: BaseDatabaseWrapper, selection: _Selection, limit: int) 
 
     Returns the count and, on PostgreSQL, the frontier: the largest ``order`` deleted.
     """
-    table, pk, order = store.table(conn), _q(conn, "id"), selection.order
+    table, pk, order = sql.table(conn), _q(conn, "id"), selection.order
     pick = f"SELECT {pk} FROM {table} WHERE {selection.where} ORDER BY {order} LIMIT %s"
     params = [*selection.params, limit]
     with conn.cursor() as cursor:
@@ -172,16 +204,16 @@ def _count_batch(
 ) -> list[int]:
     """The ids a delete batch would take after ``after``, without deleting or keeping a lock."""
     pk = _q(conn, "id")
-    sql = (
-        f"SELECT {pk} FROM {store.table(conn)} WHERE {selection.where} AND {pk} > %s "
+    query = (
+        f"SELECT {pk} FROM {sql.table(conn)} WHERE {selection.where} AND {pk} > %s "
         f"ORDER BY {pk} LIMIT %s"
     )
     if conn.vendor == "postgresql":
         # The weakest row lock that a live request's FOR UPDATE still conflicts
         # with: held rows are skipped, as the real purge would skip them.
-        sql += " FOR KEY SHARE SKIP LOCKED"
+        query += " FOR KEY SHARE SKIP LOCKED"
     with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
-        cursor.execute(sql, [*selection.params, after, limit])
+        cursor.execute(query, [*selection.params, after, limit])
         ids = [int(row[0]) for row in cursor.fetchall()]
         transaction.set_rollback(True, using=conn.alias)
     return ids

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from http.client import responses
 
 from django.http import HttpResponse, HttpResponseBase
 
@@ -37,14 +38,17 @@ class StoredResponse:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+    reason: str = ""  # a custom reason phrase only; "" means the standard one
 
     @classmethod
     def from_response(cls, response: HttpResponse) -> StoredResponse:
         headers = [(k, v) for k, v in response.items() if k.lower() not in _NOT_STORED]
-        return cls(response.status_code, headers, bytes(response.content))
+        standard = responses.get(response.status_code, "Unknown Status Code")
+        reason = response.reason_phrase if response.reason_phrase != standard else ""
+        return cls(response.status_code, headers, bytes(response.content), reason)
 
     def to_response(self) -> HttpResponse:
-        response = HttpResponse(self.body, status=self.status)
+        response = HttpResponse(self.body, status=self.status, reason=self.reason or None)
         if not any(name.lower() == "content-type" for name, _ in self.headers):
             del response["Content-Type"]  # stored without one (a 204): replayed without one
         for name, value in self.headers:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import connections, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 
@@ -27,6 +26,7 @@ try:
 except ModuleNotFoundError as error:
     raise_missing_extra(error, __name__, "drf")
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django import core
@@ -40,7 +40,7 @@ from idempotency_django.exceptions import (
     RequestInProgress,
     StoreUnavailable,
 )
-from idempotency_django.fingerprint import request_fingerprint
+from idempotency_django.fingerprint import digest, snapshot
 from idempotency_django.options import Options, Policy
 from idempotency_django.responses import problem_response, require_plain
 
@@ -83,6 +83,10 @@ class IdempotentMixin(_Base):
     idempotency_database: ClassVar[str | None] = None
     #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
     idempotency_cache: ClassVar[str | None] = None
+    #: ``"lock"`` or ``"lease"`` (``IDEMPOTENCY_PROTOCOL``).
+    idempotency_protocol: ClassVar[str | None] = None
+    #: Seconds a duplicate waits for the in-flight original's answer (``IDEMPOTENCY_WAIT``).
+    idempotency_wait: ClassVar[float | timedelta | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -98,7 +102,11 @@ class IdempotentMixin(_Base):
     def as_view(cls, *args: Any, **initkwargs: Any) -> Any:
         options = cls.get_idempotency_options()
         view = super().as_view(*args, **initkwargs)
-        view._non_atomic_requests = EntriesDatabase(options)  # type: ignore[attr-defined]
+        # Merged, not replaced: as_view() copied dispatch()'s own marker (from
+        # @method_decorator(transaction.non_atomic_requests(...), name="dispatch")).
+        marker = EntriesDatabase(options)
+        marker.others.update(getattr(view, "_non_atomic_requests", ()))
+        view._non_atomic_requests = marker  # type: ignore[attr-defined]
         return view
 
     @classmethod
@@ -117,6 +125,8 @@ class IdempotentMixin(_Base):
                 methods=cls.idempotency_methods,
                 database=cls.idempotency_database,
                 cache=cls.idempotency_cache,
+                protocol=cls.idempotency_protocol,
+                wait=cls.idempotency_wait,
             )
         except TypeError as exc:
             # Options speaks the decorator's language; name the attribute instead.
@@ -144,12 +154,13 @@ class IdempotentMixin(_Base):
     def get_idempotency_fingerprint(self, request: Request) -> str:
         """A digest of what makes this request "the same request" as an earlier one.
 
-        Called before authentication (the user isn't known yet) and before DRF
-        parses the body. Default: method, path, query and body of the Django
-        request, JSON compared canonically; it reads the whole body, so
-        ``DATA_UPLOAD_MAX_MEMORY_SIZE`` applies: override it for large uploads.
+        Called after authentication, so an unauthenticated caller costs no
+        parsing; the body's bytes were kept before authentication (DRF's CSRF
+        check may consume the stream). Default: method, path, query, content
+        type and body of the Django request, JSON compared canonically; the
+        whole body is read, so ``DATA_UPLOAD_MAX_MEMORY_SIZE`` applies.
         """
-        return request_fingerprint(request._request)
+        return digest(self._idempotency_snapshot)
 
     def get_idempotency_ttl(self) -> float | timedelta:
         """How long this view's final answers are kept and replayed: seconds or ``timedelta``.
@@ -161,24 +172,38 @@ class IdempotentMixin(_Base):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         options = self.get_idempotency_options()
         if not core.applies(request._request, options):
-            super().initial(request, *args, **kwargs)
+            self._authenticate(request, *args, **kwargs)
+            core.passing_through(request._request, lambda: self.get_idempotency_tenant(request))
             return
         # Before authentication: SessionAuthentication's CSRF check reads request.POST,
         # so DRF streams a multipart body (any body before DRF 3.16), after which
-        # Django can no longer hand the fingerprint its bytes.
-        fingerprint = self.get_idempotency_fingerprint(request)
-        super().initial(request, *args, **kwargs)
+        # Django can no longer hand the fingerprint its bytes. Only the bytes are
+        # kept now; they are parsed once the caller is authenticated.
+        self._idempotency_snapshot = snapshot(request._request)
+        self._authenticate(request, *args, **kwargs)
         # dispatch() looks the handler up after initial() returns: wrap it now.
         name = (request.method or "").lower()
         handler = getattr(self, name, None) if name in self.http_method_names else None
         if handler is not None:
-            setattr(self, name, self._protected(handler, options, fingerprint))
+            setattr(self, name, self._protected(handler, options))
 
-    def _protected(self, handler: Handler, options: Options, fingerprint: str) -> Handler:
+    def _authenticate(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """DRF's ``initial()``; a database outage there is the 503, not a debug page."""
+        try:
+            super().initial(request, *args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            raise core.store_unavailable(exc) from exc
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, IdempotencyError):
+            return self._idempotency_error(exc)  # type: ignore[return-value]
+        return super().handle_exception(exc)
+
+    def _protected(self, handler: Handler, options: Options) -> Handler:
         @functools.wraps(handler)
         def protected(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
             try:
-                policy = self._idempotency_policy(request, options, fingerprint)
+                policy = self._idempotency_policy(request, options)
                 return core.protect(
                     request._request,
                     policy,
@@ -190,7 +215,7 @@ class IdempotentMixin(_Base):
 
         return protected
 
-    def _idempotency_policy(self, request: Request, options: Options, fingerprint: str) -> Policy:
+    def _idempotency_policy(self, request: Request, options: Options) -> Policy:
         ttl = as_timedelta(self.get_idempotency_ttl())
         if ttl <= timedelta(0):
             raise ValueError(f"{type(self).__qualname__}.get_idempotency_ttl() must be positive.")
@@ -198,7 +223,7 @@ class IdempotentMixin(_Base):
             options.resolve(),
             ttl=ttl,
             key=self._key_extractor(request),
-            fingerprint=lambda _request: fingerprint,
+            fingerprint=lambda _request: self.get_idempotency_fingerprint(request),
         )
 
     def _key_extractor(self, request: Request) -> Callable[[Any], str | None] | None:
@@ -216,7 +241,11 @@ class IdempotentMixin(_Base):
         kwargs: dict[str, Any],
     ) -> HttpResponse:
         """Run the handler as dispatch() would, into a rendered, storable response."""
-        with _savepoint_under_atomic_requests(database):
+        # One savepoint around the handler and its exception handler: a handler's
+        # IntegrityError, or DRF's set_rollback() (under ATOMIC_REQUESTS), undoes
+        # the handler's writes only, so the project's exception handler still
+        # answers, and its answer is stored with the claim.
+        with transaction.atomic(using=database):
             try:
                 response = handler(request, *args, **kwargs)
             except _NEVER_STORED:
@@ -234,15 +263,6 @@ class IdempotentMixin(_Base):
         for name, value in error.headers().items():
             response.setdefault(name, value)
         return response
-
-
-def _savepoint_under_atomic_requests(using: str) -> transaction.Atomic | nullcontext[None]:
-    # Under ATOMIC_REQUESTS, DRF's exception handler calls set_rollback(), which
-    # would doom the core's whole transaction, the stored answer included. A
-    # savepoint confines that rollback to the handler's own writes.
-    if connections[using].settings_dict.get("ATOMIC_REQUESTS"):
-        return transaction.atomic(using=using)
-    return nullcontext()
 
 
 class IdempotencyAPIError(exceptions.APIException):

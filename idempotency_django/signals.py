@@ -63,6 +63,20 @@ def send(signal: Signal, sender: object, **kwargs: Any) -> None:
             logger.error("idempotency signal receiver %r raised", receiver, exc_info=result)
 
 
+_BY_CODE: Final = {
+    "key-missing": KEY_MISSING,
+    "key-malformed": KEY_MALFORMED,
+    "key-reused": KEY_REUSED,
+    "in-progress": IN_PROGRESS,
+    "unavailable": UNAVAILABLE,
+}
+
+
+def refusal(code: str) -> str:
+    """The outcome for an ``IdempotencyError`` of this ``code``."""
+    return _BY_CODE.get(code, UNAVAILABLE)
+
+
 def key_digest(tenant: str, key: str) -> str:
     """A short, stable SHA-256 prefix of (tenant, key) for logs: never the key itself."""
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")

@@ -41,7 +41,7 @@ FUZZ = hypothesis_settings(
 
 def echo_size(request: HttpRequest) -> HttpResponse:
     """A business write and an answer that never contains the request body."""
-    key = getattr(getattr(request, "idempotency", None), "key", "")
+    key = getattr(getattr(request, "idempotency", None), "key", None) or ""
     Charge.objects.create(reference=key, amount=len(request.body))
     return JsonResponse({"size": len(request.body)}, status=201)
 

@@ -7,16 +7,19 @@ so that the claim commits on its own, as in production.
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client, RequestFactory, override_settings
 from django.utils import timezone
 
-from idempotency_django import core, idempotent
+from idempotency_django import idempotent
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.models import IdempotencyEntry
 from tests.factories import IdempotencyEntryFactory
@@ -244,13 +247,12 @@ def test_entry_past_its_ttl_is_treated_as_absent(
 ) -> None:
     key = new_key()
     post(client, "/charges/", key)
-    later = timezone.now() + timedelta(hours=24, seconds=1)
-    monkeypatch.setattr(core, "now", lambda: later)
+    IdempotencyEntry.objects.filter(key=key).update(expires_at=Now() - timedelta(seconds=1))
     again = post(client, "/charges/", key, {"amount": 3})
     assert again.status_code == 201
     assert "Idempotent-Replayed" not in again
     assert charges(key) == 2
-    assert IdempotencyEntry.objects.get(key=key).expires_at > later
+    assert IdempotencyEntry.objects.get(key=key).expires_at > timezone.now()
 
 
 @override_settings(IDEMPOTENCY_TTL=60)
@@ -422,25 +424,27 @@ def all_charges() -> int:
 def _fingerprint_of(client: Client, key: str) -> str:
     from django.test import RequestFactory
 
-    from idempotency_django.fingerprint import request_fingerprint
+    from idempotency_django.fingerprint import keyed, request_fingerprint
 
     request = RequestFactory().post(
         "/charges/", json.dumps({"amount": 100}), content_type="application/json"
     )
-    return request_fingerprint(request)
+    return keyed(request_fingerprint(request)).current
 
 
 def test_cache_never_outlives_the_entry(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """A slow on_commit hook of the view's runs before ours: the time left is measured then."""
     from django.db import transaction
 
+    from idempotency_django import execution
     from tests.testapp import views
 
-    clock = [timezone.now()]
-    monkeypatch.setattr(core, "now", lambda: clock[0])
+    clock = [1000.0]
+    fake_time = SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep)
+    monkeypatch.setattr(execution, "time", fake_time)
 
     def slow_hooks(request: Any) -> Any:
-        transaction.on_commit(lambda: clock.__setitem__(0, clock[0] + timedelta(seconds=61)))
+        transaction.on_commit(lambda: clock.__setitem__(0, clock[0] + 61))
         return views.make_charge(request)
 
     caches_setting = {

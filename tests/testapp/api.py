@@ -59,7 +59,7 @@ _FAILURES: dict[str, Exception] = {
 
 def reference(request: Request) -> str:
     context = getattr(request, "idempotency", None)
-    return context.key if context is not None else ""
+    return context.key if context is not None and context.key else ""
 
 
 def steer(request: Request) -> None:

@@ -29,7 +29,7 @@ def _body(request: HttpRequest) -> dict[str, Any]:
 def make_charge(request: HttpRequest) -> HttpResponse:
     data = _body(request)
     context = getattr(request, "idempotency", None)
-    reference = context.key if context else str(data.get("reference", ""))
+    reference = context.key if context and context.key else str(data.get("reference", ""))
     charge = Charge.objects.create(reference=reference, amount=int(data.get("amount", 100)))
     if data.get("sleep"):
         time.sleep(float(data["sleep"]))

@@ -1,0 +1,210 @@
+"""Idempotency beyond views: webhook processing, queue consumers, Celery tasks.
+
+The same table, protocols, TTL and guarantees as the views: the body's writes
+and its recorded result commit together, once. Keys live in their own
+namespace (``scope``): stored as ``scope + "\\x1f" + key``, which no HTTP key
+can spell (a header key is visible ASCII), so a task key never meets a view key.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from idempotency_django import signals
+from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.exceptions import IdempotencyError
+from idempotency_django.execution import claimed
+from idempotency_django.fingerprint import arguments_digest, keyed
+from idempotency_django.keys import derive_key
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.options import protocol_for
+from idempotency_django.responses import StoredResponse
+from idempotency_django.serializers import JSONSerializer, Serializer
+from idempotency_django.store.sql import Target
+
+P = ParamSpec("P")
+R = TypeVar("R")
+SEPARATOR = "\x1f"
+_KEY_MAX = IdempotencyEntry._meta.get_field("key").max_length or 255
+
+
+@dataclass
+class IdempotentCall:
+    """What the body of :func:`idempotent_call` knows, and where it leaves its result."""
+
+    key: str
+    tenant: str
+    scope: str
+    replayed: bool = False
+    result: Any = None
+    _namespaced: str = field(default="", repr=False)
+
+    def derive(self, namespace: str) -> str:
+        """A key for an outside service: stable per (scope, tenant, key, namespace)."""
+        return derive_key(self.tenant, self._namespaced, namespace)
+
+
+@contextmanager
+def idempotent_call(
+    key: str,
+    *,
+    scope: str,
+    tenant: str = "",
+    arguments: object = None,
+    ttl: float | timedelta | None = None,
+    database: str | None = None,
+    protocol: str | None = None,
+    wait: float | None = None,
+    serializer: Serializer | None = None,
+    origin: str = "call",
+) -> Iterator[IdempotentCall]:
+    """Run the ``with`` body at most once per (scope, tenant, key); see the module docstring.
+
+    On a finished duplicate ``call.replayed`` is true and ``call.result`` holds
+    the stored result: the body must then return it without doing the work.
+    Raises ``KeyReused`` (other ``arguments``), ``RequestInProgress`` (another
+    execution holds the key, after waiting ``wait`` seconds) or
+    ``StoreUnavailable``. ``origin`` names the caller in signals (``"task"``).
+    """
+    call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
+    using = database or conf.DATABASE
+    fingerprint = keyed(arguments_digest(arguments))
+    target = Target(using, tenant, call._namespaced, fingerprint.current, conf.LEASE, _ttl(ttl))
+    codec = serializer or JSONSerializer()
+    seen = _Seen(origin, signals.key_digest(tenant, call._namespaced))
+    try:
+        with claimed(
+            target,
+            protocol_for(using, protocol or conf.PROTOCOL),
+            conf.WAIT if wait is None else wait,
+            fingerprint.matches,
+        ) as run:
+            seen.claim_seconds, seen.protocol = run.claim_seconds, run.protocol
+            if run.replay is not None:
+                call.replayed, call.result = True, codec.loads(run.replay.body)
+                seen.outcome = signals.REPLAYED
+                yield call
+                return
+            yield call
+            body = codec.dumps(call.result)
+            run.record(IdempotencyEntry.Status.COMPLETED, StoredResponse(200, _JSON, body))
+            seen.outcome, seen.stored = signals.EXECUTED, True
+    except IdempotencyError as error:
+        seen.outcome = signals.refusal(error.code)
+        raise
+    except BaseException:
+        seen.outcome, seen.stored = signals.EXECUTED, False
+        raise
+    finally:
+        seen.send()
+
+
+def idempotent_function(
+    *,
+    key: Callable[..., str],
+    scope: str | None = None,
+    tenant: Callable[..., str] | str = "",
+    ttl: float | timedelta | None = None,
+    database: str | None = None,
+    protocol: str | None = None,
+    wait: float | None = None,
+    serializer: Serializer | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a function so that it runs at most once per key; duplicates get its result.
+
+    ``key`` (and ``tenant``, if callable) are called with the function's
+    arguments, e.g. ``key=lambda order_id, **_: f"order-{order_id}"``; the
+    arguments are fingerprinted (another payload under one key is ``KeyReused``).
+    """
+    if not callable(key):
+        raise TypeError("@idempotent_function(key=...) must be a callable of the arguments.")
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        name = scope or f"{fn.__module__}.{fn.__qualname__}"
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            owner = tenant(*args, **kwargs) if callable(tenant) else tenant
+            with idempotent_call(
+                key(*args, **kwargs),
+                scope=name,
+                tenant=owner,
+                arguments=[list(args), kwargs],
+                ttl=ttl,
+                database=database,
+                protocol=protocol,
+                wait=wait,
+                serializer=serializer,
+            ) as call:
+                if not call.replayed:
+                    call.result = fn(*args, **kwargs)
+            result: R = call.result
+            return result
+
+        return wrapper
+
+    return decorate
+
+
+def namespaced(scope: str, key: str) -> str:
+    """The key as stored: ``scope`` and ``key`` joined by a separator no HTTP key holds."""
+    if not scope or SEPARATOR in scope:
+        raise ValueError(f"An idempotency scope must be a non-empty name, got {scope!r}.")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"An idempotency key must be a non-empty str, got {key!r}.")
+    stored = f"{scope}{SEPARATOR}{key}"
+    if len(stored) > _KEY_MAX:
+        raise ValueError(
+            f"scope and key together must fit in {_KEY_MAX - 1} characters; "
+            f"got {len(scope)} + {len(key)}. Hash a long business key first."
+        )
+    return stored
+
+
+_JSON = [("Content-Type", "application/json")]
+
+
+def _ttl(value: float | timedelta | None) -> timedelta:
+    ttl = conf.TTL if value is None else as_timedelta(value)
+    if ttl <= timedelta(0):
+        raise ValueError(f"An idempotent call's ttl must be positive, got {value!r}.")
+    return ttl
+
+
+@dataclass
+class _Seen:
+    origin: str
+    key_digest: str
+    started: float = field(default_factory=time.monotonic)
+    outcome: str | None = None
+    stored: bool | None = None
+    protocol: str | None = None
+    claim_seconds: float | None = None
+
+    def send(self) -> None:
+        if self.outcome is None:
+            return
+        signals.send(
+            signals.outcome,
+            sender=self.origin,
+            outcome=self.outcome,
+            method=None,
+            route=None,
+            status=None,
+            stored=self.stored,
+            source="database" if self.outcome == signals.REPLAYED else None,
+            protocol=self.protocol,
+            claim_seconds=self.claim_seconds,
+            waited_seconds=0.0,
+            total_seconds=time.monotonic() - self.started,
+            key_digest=self.key_digest,
+        )
+
+
+__all__ = ["IdempotentCall", "idempotent_call", "idempotent_function", "namespaced"]

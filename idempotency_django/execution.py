@@ -1,0 +1,225 @@
+"""One protected execution, under either protocol: claim, run once, record, or replay.
+
+Shared by the HTTP core (:mod:`.core`) and the function API (:mod:`.calls`)::
+
+    with claimed(target, "lock", wait=0, matches=fingerprint.matches) as run:
+        if run.replay is None:
+            ...the body, inside the transaction holding the claim...
+            run.record(status, answer)
+
+Under ``"lease"`` the claim commits first and the body's transaction takes its
+row lock; under ``"lock"`` the claim is the first statement of the body's
+transaction. Either way the body's writes and the recorded answer commit
+together, and an exception rolls both back and frees the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import ModuleType
+
+from django.db import InterfaceError, OperationalError, connections, transaction
+
+from idempotency_django import signals
+from idempotency_django.exceptions import KeyReused, RequestInProgress, StoreUnavailable
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.responses import StoredResponse
+from idempotency_django.store import PROTOCOLS, pg
+from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
+from idempotency_django.store.sql import record as record_answer
+
+_LOOKS = 3  # how often a row that vanished or isn't visible yet is looked for again
+_POLL_FIRST, _POLL_MAX = 0.01, 0.25
+Matches = Callable[[str], bool]
+logger = logging.getLogger("idempotency_django")
+
+
+@dataclass
+class Run:
+    """What :func:`claimed` found: an answer to replay, or a claim to run the body under."""
+
+    protocol: str
+    replay: StoredResponse | None = None
+    remaining: float = 0.0  # a replayed entry's seconds to live, by the database's clock
+    claim_seconds: float = 0.0
+    waited_seconds: float = 0.0
+    running: bool = False
+    _claim: Claim | None = field(default=None, repr=False)
+    _ttl: timedelta = field(default=timedelta(0), repr=False)
+    _recorded_at: float = field(default=0.0, repr=False)
+
+    def record(self, status: str, answer: StoredResponse) -> None:
+        """Store the final answer in the body's transaction (fenced on the claim's owner)."""
+        assert self._claim is not None, "record() is for a run that holds the claim"
+        if not record_answer(self._claim, status, answer, self._ttl):
+            raise RuntimeError("idempotency claim lost while its row lock was held")
+        self._recorded_at = time.monotonic()
+
+    def cache_lifetime(self) -> float:
+        """Seconds a replay cache may keep the answer: never past the entry itself."""
+        if self.replay is not None:
+            return self.remaining
+        return self._ttl.total_seconds() - (time.monotonic() - self._recorded_at)
+
+
+def status_of(answer: StoredResponse) -> str:
+    if answer.status < 400:
+        return IdempotencyEntry.Status.COMPLETED
+    return IdempotencyEntry.Status.FAILED_FINAL
+
+
+@contextmanager
+def claimed(target: Target, protocol: str, wait: float, matches: Matches) -> Iterator[Run]:
+    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim."""
+    proto = PROTOCOLS[protocol]
+    run = Run(protocol, _ttl=target.ttl)
+    try:
+        if proto.CLAIMS_IN_TRANSACTION:
+            yield from _in_transaction(proto, target, run, wait, matches)
+        else:
+            yield from _claim_first(proto, target, run, wait, matches)
+    except (OperationalError, InterfaceError) as exc:
+        if run.running:
+            raise
+        raise translate(exc) from exc
+
+
+def translate(exc: OperationalError | InterfaceError) -> RequestInProgress | StoreUnavailable:
+    """The client error a database error met while claiming stands for."""
+    if pg.sqlstate(exc) in pg.BUSY_STATES:
+        return RequestInProgress()  # another transaction is at this key: retry later
+    if "database is locked" in str(exc):
+        logger.warning(
+            "idempotency store busy: SQLite lock contention (%s); see the SQLite settings "
+            "in the operations guide (transaction_mode IMMEDIATE, timeout)",
+            exc,
+        )
+    else:
+        logger.error("idempotency store unreachable: %s", exc)
+    return StoreUnavailable()
+
+
+def _in_transaction(
+    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
+) -> Iterator[Run]:
+    bounded = _bounded(target)
+    with transaction.atomic(using=target.using):
+        claim = _acquire(proto, target, run, wait, matches, bounded)
+        if claim is not None:
+            run._claim, run.running = claim, True
+            yield run
+            return
+    yield run  # a replay: the claim's transaction (read only) has committed
+
+
+def _claim_first(
+    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
+) -> Iterator[Run]:
+    bounded = _bounded(target)
+    claim = _acquire(proto, target, run, wait, matches, bounded)
+    if claim is None:
+        yield run
+        return
+    try:
+        with transaction.atomic(using=target.using):
+            if not proto.hold(claim, target, bounded):
+                # Taken over between our claim and our lock: the other request runs it.
+                raise RequestInProgress()
+            run._claim, run.running = claim, True
+            yield run
+    except BaseException:
+        _release(proto, claim)
+        raise
+
+
+def _bounded(target: Target) -> bool:
+    # Only a transaction we open ourselves gets the idle bound: a caller's own
+    # transaction keeps its settings.
+    conn = connections[target.using]
+    return is_postgres(conn) and not conn.in_atomic_block
+
+
+def _acquire(
+    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches, bounded: bool
+) -> Claim | None:
+    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (after ``wait``) or 422."""
+    started = time.monotonic()
+    deadline, looks = started + wait, 0
+    while True:
+        found = _claim_or_take_over(proto, target, bounded)
+        if isinstance(found, Claim) or _replayable(found, run, matches):
+            run.claim_seconds = time.monotonic() - started - run.waited_seconds
+            return found if isinstance(found, Claim) else None
+        if found is None and looks < _LOOKS:
+            looks += 1  # committed or deleted after the statement's snapshot
+            continue
+        _wait(target, found, deadline, run)
+        looks = 0
+
+
+def _replayable(found: Found, run: Run, matches: Matches) -> bool:
+    """Whether ``found`` is a final answer (now in ``run.replay``); raises 422."""
+    if not isinstance(found, Existing):
+        return False
+    if not matches(found.fingerprint):
+        raise KeyReused()
+    if found.response is None:
+        return False
+    run.replay, run.remaining = found.response, found.remaining
+    return True
+
+
+def _wait(target: Target, found: Found, deadline: float, run: Run) -> None:
+    """Wait a while for the key's holder (never past ``deadline``), else raise 409."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise RequestInProgress()
+    begun = time.monotonic()
+    if found is BUSY and is_postgres(connections[target.using]):
+        pg.wait_for_lock(target, left)  # wakes when the holder commits or rolls back
+    else:
+        # A lease holder's transaction holds nothing we can wait on: poll, backing off.
+        time.sleep(min(max(run.waited_seconds, _POLL_FIRST), _POLL_MAX, left))
+    run.waited_seconds += time.monotonic() - begun
+
+
+def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Found:
+    found: Found = proto.claim(target, bounded)
+    if isinstance(found, Existing) and found.dead:
+        taken = proto.take_over(target)
+        if taken is not None and found.response is None:
+            signals.send(
+                signals.entry_reclaimed,
+                sender="takeover",
+                how="takeover",
+                count=1,
+                database=target.using,
+            )
+        return taken if isinstance(taken, Claim) else None
+    return found
+
+
+def _decide(found: Found, run: Run, matches: Matches) -> bool:
+    """Whether ``found`` ends the search (a claim, or a final answer); raises 422."""
+    if isinstance(found, Claim):
+        return True
+    if isinstance(found, Existing):
+        if not matches(found.fingerprint):
+            raise KeyReused()
+        if found.response is not None:
+            run.replay, run.remaining = found.response, found.remaining
+            return True
+    return False
+
+
+def _release(proto: ModuleType, claim: Claim) -> None:
+    try:
+        proto.release(claim)
+    except (OperationalError, InterfaceError):
+        # The lease frees the key once it passes; nothing committed meanwhile.
+        logger.warning("could not release an idempotency claim; its lease will expire")

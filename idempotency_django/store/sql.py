@@ -1,0 +1,305 @@
+"""What both protocols share: the entries' rows, the database's clock, and the writes after a claim.
+
+Every time in an entry is the database's: written as ``now`` plus an interval in
+the statement itself, compared in the statement itself. App servers' clocks can
+disagree by seconds or minutes; the database has one. Python never compares two
+datetimes here, so ``USE_TZ = False`` and a database ``TIME_ZONE`` change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.responses import StoredResponse
+
+Status = IdempotencyEntry.Status
+IN_PROGRESS = Status.IN_PROGRESS.value
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one claim is about: a (tenant, key) on a database, and how long to keep it."""
+
+    using: str
+    tenant: str
+    key: str
+    fingerprint: str
+    lease: timedelta
+    ttl: timedelta
+
+    @property
+    def lock_text(self) -> str:
+        """What the advisory lock id is hashed from (see ``lock_id_sql``)."""
+        return f"idempotency_django\x1f{self.tenant}\x1f{self.key}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim this process holds: the (tenant, key) row carrying ``owner``."""
+
+    using: str
+    tenant: str
+    key: str
+    owner: uuid.UUID
+
+
+@dataclass(frozen=True)
+class Existing:
+    """An entry somebody else created, with the database's verdict on its age."""
+
+    fingerprint: str
+    response: StoredResponse | None  # None while in progress
+    dead: bool  # past its TTL, or in progress with its lease passed
+    remaining: float  # seconds until it expires, by the database's clock
+
+
+class Busy:
+    """Another transaction holds the key's advisory lock: a request in flight."""
+
+
+BUSY = Busy()
+Found = Claim | Existing | Busy | None  # None: the row changed under us; look again
+
+
+def q(conn: BaseDatabaseWrapper, name: str) -> str:
+    return str(conn.ops.quote_name(name))
+
+
+def table(conn: BaseDatabaseWrapper) -> str:
+    """The entries' table name, quoted for ``conn``."""
+    return q(conn, IdempotencyEntry._meta.db_table)
+
+
+def is_postgres(conn: BaseDatabaseWrapper) -> bool:
+    return bool(conn.vendor == "postgresql")
+
+
+# -- the database's clock ---------------------------------------------------------
+
+
+def now_sql(conn: BaseDatabaseWrapper) -> str:
+    """The database's time at this statement."""
+    if is_postgres(conn):
+        return "statement_timestamp()"
+    # The text form Django stores on SQLite (UTC): comparable as strings.
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+def later_sql(conn: BaseDatabaseWrapper) -> str:
+    """The database's time plus one ``%s`` parameter made by :func:`later_param`."""
+    if is_postgres(conn):
+        return "(statement_timestamp() + %s::float8 * interval '1 second')"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
+
+
+def later_param(conn: BaseDatabaseWrapper, delta: timedelta) -> Any:
+    seconds = delta.total_seconds()
+    return seconds if is_postgres(conn) else f"+{seconds:.6f} seconds"
+
+
+def seconds_until_sql(conn: BaseDatabaseWrapper, column: str) -> str:
+    if is_postgres(conn):
+        return f"EXTRACT(EPOCH FROM ({q(conn, column)} - statement_timestamp()))::float8"
+    return f"((julianday({q(conn, column)}) - julianday('now')) * 86400.0)"
+
+
+# -- the one rule for "is this entry dead?" ---------------------------------------
+# Used by the claim's verdict, the takeover and the purge alike; ``now`` is an
+# SQL expression (the database's clock) or a placeholder for an explicit time.
+
+
+def expired_sql(conn: BaseDatabaseWrapper, now: str) -> str:
+    return f"{q(conn, 'expires_at')} <= {now}"
+
+
+def lease_over_sql(conn: BaseDatabaseWrapper, now: str) -> str:
+    # The status as a literal, so that the planner can match the partial
+    # idempotency_zombie_idx (WHERE status = 'in_progress') whatever the binding.
+    return f"{q(conn, 'status')} = '{IN_PROGRESS}' AND {q(conn, 'locked_until')} <= {now}"
+
+
+def dead_sql(conn: BaseDatabaseWrapper, now: str) -> str:
+    return f"({expired_sql(conn, now)} OR ({lease_over_sql(conn, now)}))"
+
+
+# -- reading an entry -------------------------------------------------------------
+
+_ROW = ("fingerprint", "status", "response_status", "response_reason", "response_headers")
+
+
+def row_sql(conn: BaseDatabaseWrapper) -> str:
+    """The columns :func:`existing` reads, the verdicts computed by the database."""
+    cols = ", ".join(q(conn, c) for c in (*_ROW, "response_body"))
+    now = now_sql(conn)
+    return f"{cols}, {dead_sql(conn, now)}, {seconds_until_sql(conn, 'expires_at')}"
+
+
+ROW_WIDTH = len(_ROW) + 3
+
+
+def existing(row: tuple[Any, ...]) -> Existing:
+    fingerprint, status, code, reason, headers, body, dead, remaining = row
+    response = None
+    if status != IN_PROGRESS:
+        headers = json.loads(headers) if isinstance(headers, str | bytes) else headers
+        response = StoredResponse(
+            int(code), [(str(k), str(v)) for k, v in headers], bytes(body or b""), reason or ""
+        )
+    return Existing(str(fingerprint), response, bool(dead), float(remaining))
+
+
+def where_key(conn: BaseDatabaseWrapper) -> str:
+    return f"{q(conn, 'tenant')} = %s AND {q(conn, 'key')} = %s"
+
+
+def where_owner(conn: BaseDatabaseWrapper) -> str:
+    return f"{where_key(conn)} AND {q(conn, 'owner')} = %s"
+
+
+def owner_param(conn: BaseDatabaseWrapper, owner: uuid.UUID) -> Any:
+    return owner if conn.features.has_native_uuid_field else owner.hex
+
+
+def read(target: Target) -> Existing | None:
+    conn = connections[target.using]
+    sql = cached_sql(
+        conn,
+        "read",
+        lambda: f"SELECT {row_sql(conn)} FROM {table(conn)} WHERE {where_key(conn)}",
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [target.tenant, target.key])
+        row = cursor.fetchone()
+    return None if row is None else existing(tuple(row))
+
+
+# -- writing an entry -------------------------------------------------------------
+
+
+def insert_sql(conn: BaseDatabaseWrapper, select: str = "", returning: str = "") -> str:
+    """INSERT of a new in-progress entry; ``select`` turns VALUES into a guarded SELECT."""
+    pg = is_postgres(conn)
+    cols = (
+        *("tenant", "key", "fingerprint", "status", "owner", "response_headers"),
+        *("response_reason", "locked_until", "created_at", "expires_at"),
+    )
+    owner, headers = ("%s::uuid", "'[]'::jsonb") if pg else ("%s", "'[]'")
+    values = f"%s, %s, %s, '{IN_PROGRESS}', {owner}, {headers}, '', "
+    values += f"{later_sql(conn)}, {now_sql(conn)}, {later_sql(conn)}"
+    source = f"SELECT {values} {select}" if select else f"VALUES ({values})"
+    return (
+        f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in cols)}) {source} "
+        f"ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING{returning}"
+    )
+
+
+def insert_params(conn: BaseDatabaseWrapper, target: Target, owner: uuid.UUID) -> list[Any]:
+    return [
+        target.tenant,
+        target.key,
+        target.fingerprint,
+        owner_param(conn, owner),
+        later_param(conn, target.lease),
+        later_param(conn, target.ttl),
+    ]
+
+
+def take_over(target: Target) -> Claim | None:
+    """Claim a dead entry afresh; ``None`` if it is alive, held by a live transaction, or gone.
+
+    ``SKIP LOCKED`` is what makes this safe against a request that outlived its
+    lease: its transaction still holds the row lock, so the row is skipped.
+    """
+    conn = connections[target.using]
+    sql = cached_sql(conn, "take_over", lambda: _take_over_sql(conn))
+    owner = uuid.uuid4()
+    params = [target.fingerprint, owner_param(conn, owner)]
+    params += [later_param(conn, target.lease), later_param(conn, target.ttl)]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [*params, target.tenant, target.key])
+        taken = cursor.rowcount == 1
+    return Claim(target.using, target.tenant, target.key, owner) if taken else None
+
+
+def _take_over_sql(conn: BaseDatabaseWrapper) -> str:
+    target = f"{where_key(conn)} AND {dead_sql(conn, now_sql(conn))}"
+    if conn.features.has_select_for_update_skip_locked:
+        target = (
+            f"{q(conn, 'id')} = (SELECT {q(conn, 'id')} FROM {table(conn)} WHERE {target} "
+            f"FOR UPDATE SKIP LOCKED)"
+        )
+    headers = "'[]'::jsonb" if is_postgres(conn) else "'[]'"
+    owner = "%s::uuid" if is_postgres(conn) else "%s"
+    return (
+        f"UPDATE {table(conn)} SET {q(conn, 'fingerprint')} = %s, "
+        f"{q(conn, 'status')} = '{IN_PROGRESS}', {q(conn, 'owner')} = {owner}, "
+        f"{q(conn, 'response_status')} = NULL, {q(conn, 'response_reason')} = '', "
+        f"{q(conn, 'response_headers')} = {headers}, {q(conn, 'response_body')} = NULL, "
+        f"{q(conn, 'locked_until')} = {later_sql(conn)}, {q(conn, 'created_at')} = "
+        f"{now_sql(conn)}, {q(conn, 'expires_at')} = {later_sql(conn)} WHERE {target}"
+    )
+
+
+def record(claim: Claim, status: str, response: StoredResponse, ttl: timedelta) -> bool:
+    """Store the final answer, fenced on the owner token; it expires ``ttl`` from now."""
+    conn = connections[claim.using]
+    sql = cached_sql(conn, "record", lambda: _record_sql(conn))
+    params = [
+        status,
+        response.status,
+        response.reason,
+        json.dumps(response.headers),
+        response.body,
+        later_param(conn, ttl),
+        claim.tenant,
+        claim.key,
+        owner_param(conn, claim.owner),
+    ]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.rowcount == 1)
+
+
+def _record_sql(conn: BaseDatabaseWrapper) -> str:
+    return (
+        f"UPDATE {table(conn)} SET {q(conn, 'status')} = %s, {q(conn, 'response_status')} = %s, "
+        f"{q(conn, 'response_reason')} = %s, {q(conn, 'response_headers')} = %s, "
+        f"{q(conn, 'response_body')} = %s, {q(conn, 'locked_until')} = {now_sql(conn)}, "
+        f"{q(conn, 'expires_at')} = {later_sql(conn)} WHERE {where_owner(conn)}"
+    )
+
+
+def release(claim: Claim) -> None:
+    """Delete the claim so that the key is free again; a recorded answer is kept.
+
+    After an error at COMMIT the answer may have committed all the same (the
+    acknowledgement was lost): only a row still in progress is ours to free.
+    """
+    conn = connections[claim.using]
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table(conn)} WHERE {where_owner(conn)} "
+            f"AND {q(conn, 'status')} = '{IN_PROGRESS}'",
+            [claim.tenant, claim.key, owner_param(conn, claim.owner)],
+        )
+
+
+_SQL: dict[tuple[str, str], str] = {}
+
+
+def cached_sql(conn: BaseDatabaseWrapper, name: str, build: Callable[[], str]) -> str:
+    """``build()`` once per backend: the text only depends on its quoting rules."""
+    cache_key = (conn.vendor, name)
+    sql = _SQL.get(cache_key)
+    if sql is None:
+        sql = _SQL[cache_key] = build()
+    return sql
