@@ -12,7 +12,7 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from idempotency_django import idempotent
+from idempotency_django import IdempotentRequest, idempotent
 
 from .models import Charge, Refund
 
@@ -30,7 +30,7 @@ def _amount(request: HttpRequest) -> int | None:
 @csrf_exempt
 @require_POST
 @idempotent
-def create_charge(request: HttpRequest) -> HttpResponse:
+def create_charge(request: IdempotentRequest) -> HttpResponse:
     amount = _amount(request)
     if amount is None:
         # A final 4xx: stored and replayed, like a success.
