@@ -23,7 +23,7 @@ from idempotency_django.extras import raise_missing_extra
 
 try:
     from rest_framework import exceptions
-except ModuleNotFoundError as error:
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "drf")
 from rest_framework.request import Request
 from rest_framework.response import Response

@@ -125,6 +125,20 @@ def test_importing_an_integration_without_its_extra_says_what_to_install(
     assert message.endswith(f"pip install 'idempotency-django[{extra}]'")
 
 
+def test_the_missing_extra_is_named_with_its_install_line() -> None:
+    from idempotency_django.extras import raise_missing_extra
+
+    error = ModuleNotFoundError("No module named 'rest_framework'", name="rest_framework")
+    with pytest.raises(ModuleNotFoundError) as raised:
+        raise_missing_extra(error, "idempotency_django.rest_framework", "drf")
+    assert str(raised.value) == (
+        "idempotency_django.rest_framework needs Django REST framework, which is not installed: "
+        "pip install 'idempotency-django[drf]'"
+    )
+    assert raised.value.name == "rest_framework"
+    assert raised.value.__cause__ is error
+
+
 def test_a_missing_module_that_is_not_the_extra_is_raised_unchanged() -> None:
     from idempotency_django.extras import raise_missing_extra
 
