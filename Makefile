@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/idempotency
+PORT ?= 8000
 export PG_URL
 
 .PHONY: install run test test-sqlite test-postgres lint dist first-contact bench stress tox tox-corners clean
@@ -12,8 +13,13 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-run: install
-	$(PY) manage.py migrate --noinput && $(PY) manage.py ensure_demo_user && $(PY) sample_project/hint.py && $(PY) manage.py runserver 127.0.0.1:8000
+# The sample's own dependencies only (the `sample` group, not the linters and stubs of `dev`).
+$(VENV)/.sample: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group sample && touch $@
+
+run: $(VENV)/.sample
+	$(PY) manage.py migrate --noinput && $(PY) sample_project/hint.py $(PORT) && $(PY) manage.py runserver 127.0.0.1:$(PORT)
 
 # The full suite, as CI runs it: SQLite, then PostgreSQL, with Redis and a Celery broker;
 # a missing service FAILS it (`make test SERVICES=optional`: those tests skip instead).

@@ -133,13 +133,14 @@ def _close_connections() -> None:
 
 
 def _run(url: str, args: argparse.Namespace, report: Report) -> None:
-    from bench import inprocess
+    from bench import inprocess, outbox
 
     series, counts = inprocess.run(
         scratch.database_url(url, scratch.MAIN), args.rounds, args.requests
     )
     _in_process(report, series)
     _statement_counts(report, counts)
+    outbox.measure(report, args.rounds, args.requests)
     if not args.skip_http:
         _over_http(url, args, report, inprocess.redis_available())
     if args.scale_rows:

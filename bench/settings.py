@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "idempotency_django",
+    "idempotency_django.outbox",
     "tests.testapp",
 ]
 

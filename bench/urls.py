@@ -9,4 +9,5 @@ urlpatterns = [
     path("prepared/unprotected/", views.unprotected_prepared),
     path("prepared/protected/", views.protected_prepared),
     path("ping/", views.ping),
+    path("outbox/", views.protected_outbox),
 ]

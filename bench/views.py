@@ -25,6 +25,18 @@ def _charge(request: HttpRequest, using: str) -> HttpResponse:
 
 
 protected = idempotent(unprotected)
+
+
+@idempotent
+def protected_outbox(request: HttpRequest) -> HttpResponse:
+    """The protected view plus one ``enqueue()`` (bench/outbox.py)."""
+    from idempotency_django.outbox import enqueue
+
+    response = _charge(request, "default")
+    enqueue("bench.receipt", request.headers.get("Idempotency-Key", ""))
+    return response
+
+
 protected_cached = idempotent(cache="replay")(unprotected)
 protected_prepared = idempotent(database="prepared")(unprotected_prepared)
 

@@ -16,3 +16,7 @@ class IdempotencyConfig(AppConfig):
 
         if find_spec("rest_framework") and find_spec("drf_spectacular"):
             from idempotency_django import spectacular  # noqa: F401  (registers the extension)
+
+        from idempotency_django import log  # the log lines are receivers of the signals
+
+        log.connect()

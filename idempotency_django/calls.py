@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 from idempotency_django import signals
 from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.execution import claimed
+from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, keyed
 from idempotency_django.keys import derive_key
 from idempotency_django.models import IdempotencyEntry
@@ -75,17 +75,22 @@ def idempotent_call(
     call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
     using = database or conf.DATABASE
     fingerprint = keyed(arguments_digest(arguments))
-    target = Target(using, tenant, call._namespaced, fingerprint.current, conf.LEASE, _ttl(ttl))
+    target = Target(
+        using,
+        tenant,
+        call._namespaced,
+        fingerprint.current,
+        conf.LEASE,
+        _ttl(ttl),
+        conf.IDLE_TIMEOUT,
+    )
     codec = serializer or JSONSerializer()
-    seen = _Seen(origin, signals.key_digest(tenant, call._namespaced))
+    chosen = protocol_for(using, protocol or conf.PROTOCOL)
+    seen = _Seen(origin, signals.key_digest(tenant, call._namespaced), Run(chosen))
     try:
         with claimed(
-            target,
-            protocol_for(using, protocol or conf.PROTOCOL),
-            conf.WAIT if wait is None else wait,
-            fingerprint.matches,
+            target, chosen, conf.WAIT if wait is None else wait, fingerprint.matches, seen.run
         ) as run:
-            seen.claim_seconds, seen.protocol = run.claim_seconds, run.protocol
             if run.replay is not None:
                 call.replayed, call.result = True, codec.loads(run.replay.body)
                 seen.outcome = signals.REPLAYED
@@ -181,11 +186,10 @@ def _ttl(value: float | timedelta | None) -> timedelta:
 class _Seen:
     origin: str
     key_digest: str
+    run: Run
     started: float = field(default_factory=time.monotonic)
     outcome: str | None = None
     stored: bool | None = None
-    protocol: str | None = None
-    claim_seconds: float | None = None
 
     def send(self) -> None:
         if self.outcome is None:
@@ -199,9 +203,9 @@ class _Seen:
             status=None,
             stored=self.stored,
             source="database" if self.outcome == signals.REPLAYED else None,
-            protocol=self.protocol,
-            claim_seconds=self.claim_seconds,
-            waited_seconds=0.0,
+            protocol=self.run.protocol,
+            claim_seconds=self.run.claim_seconds,
+            waited_seconds=self.run.waited_seconds,
             total_seconds=time.monotonic() - self.started,
             key_digest=self.key_digest,
         )

@@ -86,6 +86,8 @@ def check_lease_within_ttl(lease: Any, ttl: Any) -> list[CheckMessage]:
 
 
 def check_tenant_resolver(value: Any) -> list[CheckMessage]:
+    if callable(value):
+        return []
     try:
         resolver = import_string(value)
     except (ImportError, TypeError, ValueError, AttributeError):
@@ -94,7 +96,7 @@ def check_tenant_resolver(value: Any) -> list[CheckMessage]:
         return []
     return _error(
         "E006",
-        f"IDEMPOTENCY_TENANT_RESOLVER must be the dotted path of a callable, got {value!r}.",
+        f"IDEMPOTENCY_TENANT_RESOLVER must be a callable or the dotted path of one, got {value!r}.",
         'For example "myproject.tenants.account_id", taking the request, returning a str.',
     )
 
@@ -139,6 +141,61 @@ def check_error_format(value: Any) -> list[CheckMessage]:
     )
 
 
+def check_protocol(value: Any) -> list[CheckMessage]:
+    if value is None or value in ("lock", "lease"):
+        return []
+    return _error(
+        "E012",
+        f'IDEMPOTENCY_PROTOCOL must be "lock", "lease" or None, got {value!r}.',
+        'None picks "lock" on PostgreSQL and "lease" elsewhere.',
+    )
+
+
+def check_lock_needs_postgres(protocol: Any, alias: str, vendor: str) -> list[CheckMessage]:
+    if protocol != "lock" or vendor == "postgresql":
+        return []
+    return _error(
+        "E013",
+        f'IDEMPOTENCY_PROTOCOL = "lock" needs PostgreSQL, but IDEMPOTENCY_DATABASE {alias!r} '
+        f"is a {vendor} database.",
+        'Use "lease" (or None, which picks it) on this database.',
+    )
+
+
+def check_wait(value: Any) -> list[CheckMessage]:
+    try:
+        if as_timedelta(value) >= timedelta(0):
+            return []
+    except TypeError:
+        pass
+    return _error(
+        "E014",
+        f"IDEMPOTENCY_WAIT must be zero or a positive duration, got {value!r}.",
+        "Give seconds (e.g. 5) or a datetime.timedelta; 0 answers 409 at once.",
+    )
+
+
+def check_idle_timeout(value: Any) -> list[CheckMessage]:
+    if value is None or _positive_duration(value):
+        return []
+    return _error(
+        "E016",
+        f"IDEMPOTENCY_IDLE_TIMEOUT must be a positive duration or None, got {value!r}.",
+        "Give seconds (e.g. 300) or a datetime.timedelta; None leaves PostgreSQL's own setting.",
+    )
+
+
+def check_autocommit(alias: str, autocommit: Any) -> list[CheckMessage]:
+    if autocommit is not False:
+        return []
+    return _error(
+        "E015",
+        f'DATABASES[{alias!r}]["AUTOCOMMIT"] is False on the database of idempotency entries.',
+        "Without autocommit Django never commits for the view, so answers would go out with "
+        "nothing committed. Keep AUTOCOMMIT on (the default) for IDEMPOTENCY_DATABASE.",
+    )
+
+
 _SUPPORTED_VENDORS = ("postgresql", "sqlite")
 
 
@@ -161,7 +218,12 @@ def _entries_vendor() -> list[CheckMessage]:
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         return []  # E008 reports it
-    return check_database_vendor(alias, connections[alias].vendor)
+    vendor = connections[alias].vendor
+    return [
+        *check_database_vendor(alias, vendor),
+        *check_lock_needs_postgres(getattr(settings, "IDEMPOTENCY_PROTOCOL", None), alias, vendor),
+        *check_autocommit(alias, settings.DATABASES[alias].get("AUTOCOMMIT", True)),
+    ]
 
 
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
@@ -174,6 +236,9 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_DATABASE", check_database),
     ("IDEMPOTENCY_CACHE", check_cache),
     ("IDEMPOTENCY_DRF_ERROR_FORMAT", check_error_format),
+    ("IDEMPOTENCY_PROTOCOL", check_protocol),
+    ("IDEMPOTENCY_WAIT", check_wait),
+    ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
 )
 
 

@@ -13,6 +13,7 @@ from django.utils.module_loading import import_string
 DEFAULT_HEADER = "Idempotency-Key"
 DEFAULT_TTL = timedelta(hours=24)
 DEFAULT_LEASE = timedelta(seconds=60)
+DEFAULT_IDLE_TIMEOUT = timedelta(minutes=5)
 DEFAULT_KEY_MAX_LENGTH = 255
 DEFAULT_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
 
@@ -59,6 +60,12 @@ class Settings:
         """``"lock"`` or ``"lease"``; ``None``: lock on PostgreSQL, lease elsewhere."""
         value = getattr(settings, "IDEMPOTENCY_PROTOCOL", None)
         return None if value is None else str(value)
+
+    @property
+    def IDLE_TIMEOUT(self) -> timedelta | None:
+        """How long PostgreSQL lets a protected view's transaction sit idle; None: no bound."""
+        value = getattr(settings, "IDEMPOTENCY_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT)
+        return None if value is None else as_timedelta(value)
 
     @property
     def WAIT(self) -> float:

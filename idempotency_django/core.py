@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
 from idempotency_django import cache, signals
+from idempotency_django.conf import conf
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
@@ -72,6 +74,14 @@ class IdempotentRequest(HttpRequest):
     """
 
     idempotency: IdempotencyContext
+
+
+_current: ContextVar[IdempotencyContext | None] = ContextVar("idempotency_context", default=None)
+
+
+def current_context() -> IdempotencyContext | None:
+    """The context of the protected request being served here, if any (e.g. for the outbox)."""
+    return _current.get()
 
 
 def applies(request: HttpRequest, options: Options) -> bool:
@@ -127,6 +137,22 @@ def _protect(
         tenant = check_tenant(tenant_of())
     context = IdempotencyContext(None, tenant)
     request.idempotency = context  # type: ignore[attr-defined]
+    token = _current.set(context)
+    try:
+        return _keyed(request, policy, tenant_of, call_view, seen)
+    finally:
+        _current.reset(token)
+
+
+def _keyed(
+    request: HttpRequest,
+    policy: Policy,
+    tenant_of: TenantOf,
+    call_view: ViewCall,
+    seen: Observation,
+) -> HttpResponse:
+    context: IdempotencyContext = request.idempotency  # type: ignore[attr-defined]
+    tenant = context.tenant
     context.key = extract_key(request, policy)
     if context.key is None:
         seen.skip = True
@@ -170,12 +196,17 @@ def run(
         seen.replayed("cache")
         return _replay(context, cached)
     target = Target(
-        policy.database, context.tenant, context.key, fingerprint.current, policy.lease, policy.ttl
+        policy.database,
+        context.tenant,
+        context.key,
+        fingerprint.current,
+        policy.lease,
+        policy.ttl,
+        conf.IDLE_TIMEOUT,
     )
-    seen.protocol = policy.protocol
+    seen.slot = Run(policy.protocol)
     try:
-        with claimed(target, policy.protocol, policy.wait, fingerprint.matches) as slot:
-            seen.claimed(slot)
+        with claimed(target, policy.protocol, policy.wait, fingerprint.matches, seen.slot) as slot:
             if slot.replay is None:
                 return _execute(context, policy, slot, call_view)
     except _Discard as discard:
@@ -322,13 +353,8 @@ class Observation:
         self.status: int | None = None
         self.stored: bool | None = None
         self.source: str | None = None
-        self.protocol: str | None = None
-        self.claim_seconds: float | None = None
-        self.waited_seconds = 0.0
+        self.slot: Run | None = None  # the claim's timings, once one was tried
         self.key_digest: str | None = None
-
-    def claimed(self, slot: Run) -> None:
-        self.claim_seconds, self.waited_seconds = slot.claim_seconds, slot.waited_seconds
 
     def replayed(self, source: str) -> None:
         self.outcome, self.source = signals.REPLAYED, source
@@ -340,7 +366,7 @@ class Observation:
         self.outcome, self.status = signals.refusal(error.code), error.status
 
     def raised(self) -> None:
-        if self.outcome is None and self.claim_seconds is not None:
+        if self.outcome is None and self.slot is not None:
             self.executed(stored=False)  # the view raised: rolled back, key freed
 
     def answered(self, response: HttpResponse) -> None:
@@ -360,9 +386,9 @@ class Observation:
             status=self.status,
             stored=self.stored,
             source=self.source,
-            protocol=self.protocol,
-            claim_seconds=self.claim_seconds,
-            waited_seconds=self.waited_seconds,
+            protocol=None if self.slot is None else self.slot.protocol,
+            claim_seconds=None if self.slot is None else self.slot.claim_seconds,
+            waited_seconds=0.0 if self.slot is None else self.slot.waited_seconds,
             total_seconds=time.monotonic() - self.started,
             key_digest=self.key_digest,
         )
@@ -373,6 +399,7 @@ __all__ = [
     "IdempotencyError",
     "IdempotentRequest",
     "applies",
+    "current_context",
     "passing_through",
     "protect",
     "run",

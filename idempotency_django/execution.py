@@ -48,7 +48,7 @@ class Run:
     remaining: float = 0.0  # a replayed entry's seconds to live, by the database's clock
     claim_seconds: float = 0.0
     waited_seconds: float = 0.0
-    running: bool = False
+    running: bool = False  # the caller's body has started: its errors are its own
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
     _recorded_at: float = field(default=0.0, repr=False)
@@ -74,10 +74,16 @@ def status_of(answer: StoredResponse) -> str:
 
 
 @contextmanager
-def claimed(target: Target, protocol: str, wait: float, matches: Matches) -> Iterator[Run]:
-    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim."""
+def claimed(
+    target: Target, protocol: str, wait: float, matches: Matches, run: Run | None = None
+) -> Iterator[Run]:
+    """Yield a :class:`Run`; with ``run.replay`` unset, the body runs holding the claim.
+
+    Pass ``run`` to read its timings even when claiming raises (409, 422, 503).
+    """
     proto = PROTOCOLS[protocol]
-    run = Run(protocol, _ttl=target.ttl)
+    run = run or Run(protocol)
+    run.protocol, run._ttl = protocol, target.ttl
     try:
         if proto.CLAIMS_IN_TRANSACTION:
             yield from _in_transaction(proto, target, run, wait, matches)
@@ -108,21 +114,40 @@ def _in_transaction(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    with transaction.atomic(using=target.using):
-        claim = _acquire(proto, target, run, wait, matches, bounded)
-        if claim is not None:
-            run._claim, run.running = claim, True
-            yield run
-            return
+    own = not connections[target.using].in_atomic_block  # a caller's transaction stays open
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with transaction.atomic(using=target.using):
+                claim = _acquire(proto, target, run, deadline, matches, bounded, restart=own)
+                if claim is not None:
+                    run._claim, run.running = claim, True
+                    yield run
+                    return
+            break
+        except _Restart as restart:
+            # Waited for outside the transaction: under REPEATABLE READ a snapshot
+            # taken before the holder committed would never see its answer.
+            _wait(target, restart.found, deadline, run)
+    run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
+
+
+class _Restart(Exception):
+    """Leave the (so far read-only) transaction to wait, then claim in a new one."""
+
+    def __init__(self, found: Found) -> None:
+        super().__init__()
+        self.found = found
 
 
 def _claim_first(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    claim = _acquire(proto, target, run, wait, matches, bounded)
+    claim = _acquire(proto, target, run, time.monotonic() + wait, matches, bounded)
     if claim is None:
+        run.running = True
         yield run
         return
     try:
@@ -141,25 +166,39 @@ def _bounded(target: Target) -> bool:
     # Only a transaction we open ourselves gets the idle bound: a caller's own
     # transaction keeps its settings.
     conn = connections[target.using]
-    return is_postgres(conn) and not conn.in_atomic_block
+    return target.idle is not None and is_postgres(conn) and not conn.in_atomic_block
 
 
 def _acquire(
-    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches, bounded: bool
+    proto: ModuleType,
+    target: Target,
+    run: Run,
+    deadline: float,
+    matches: Matches,
+    bounded: bool,
+    restart: bool = False,
 ) -> Claim | None:
-    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (after ``wait``) or 422."""
-    started = time.monotonic()
-    deadline, looks = started + wait, 0
-    while True:
-        found = _claim_or_take_over(proto, target, bounded)
-        if isinstance(found, Claim) or _replayable(found, run, matches):
-            run.claim_seconds = time.monotonic() - started - run.waited_seconds
-            return found if isinstance(found, Claim) else None
-        if found is None and looks < _LOOKS:
-            looks += 1  # committed or deleted after the statement's snapshot
-            continue
-        _wait(target, found, deadline, run)
-        looks = 0
+    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (at ``deadline``) or 422.
+
+    With ``restart``, waiting leaves the transaction first (raises ``_Restart``).
+    """
+    started, looks, waited_before = time.monotonic(), 0, run.waited_seconds
+    try:
+        while True:
+            found = _claim_or_take_over(proto, target, bounded)
+            if isinstance(found, Claim) or _replayable(found, run, matches):
+                return found if isinstance(found, Claim) else None
+            if found is None and looks < _LOOKS:
+                looks += 1  # committed or deleted after the statement's snapshot
+                continue
+            if restart:
+                if deadline <= time.monotonic():
+                    raise RequestInProgress()
+                raise _Restart(found)
+            _wait(target, found, deadline, run)
+            looks = 0
+    finally:
+        run.claim_seconds += time.monotonic() - started - (run.waited_seconds - waited_before)
 
 
 def _replayable(found: Found, run: Run, matches: Matches) -> bool:
@@ -193,28 +232,16 @@ def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Fou
     if isinstance(found, Existing) and found.dead:
         taken = proto.take_over(target)
         if taken is not None and found.response is None:
-            signals.send(
-                signals.entry_reclaimed,
-                sender="takeover",
-                how="takeover",
-                count=1,
-                database=target.using,
-            )
+            # Only once committed: under "lock" a rolled-back view undoes the takeover.
+            transaction.on_commit(lambda: _reclaimed(target.using), using=target.using)
         return taken if isinstance(taken, Claim) else None
     return found
 
 
-def _decide(found: Found, run: Run, matches: Matches) -> bool:
-    """Whether ``found`` ends the search (a claim, or a final answer); raises 422."""
-    if isinstance(found, Claim):
-        return True
-    if isinstance(found, Existing):
-        if not matches(found.fingerprint):
-            raise KeyReused()
-        if found.response is not None:
-            run.replay, run.remaining = found.response, found.remaining
-            return True
-    return False
+def _reclaimed(using: str) -> None:
+    signals.send(
+        signals.entry_reclaimed, sender="takeover", how="takeover", count=1, database=using
+    )
 
 
 def _release(proto: ModuleType, claim: Claim) -> None:

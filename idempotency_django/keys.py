@@ -7,6 +7,7 @@ import hmac
 import json
 
 from django.conf import settings
+from django.utils.encoding import force_bytes
 
 from idempotency_django.exceptions import KeyMalformed
 
@@ -60,7 +61,21 @@ def _parse_sf_string(value: bytes) -> str:
 
 
 def derive_key(tenant: str, key: str, namespace: str) -> str:
-    """A key for an outside service: stable per (tenant, key, namespace), never the key itself."""
-    message = json.dumps([tenant, key, namespace], ensure_ascii=False).encode()
-    secret = hashlib.sha256(b"idempotency_django.derive" + settings.SECRET_KEY.encode()).digest()
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+    """A key for an outside service: stable per (tenant, key, namespace), never the key itself.
+
+    HMAC-SHA256 under the *oldest* configured secret: the last of
+    ``SECRET_KEY_FALLBACKS`` (Django's rotation puts the previous key first), else
+    ``SECRET_KEY``. Rotating (``SECRET_KEY = new``, ``SECRET_KEY_FALLBACKS = [old]``)
+    therefore changes nothing here: a re-run after the rotation hands the provider the
+    key it already saw. Derived keys change when ``old`` leaves the fallbacks; keep it
+    there at least ``IDEMPOTENCY_TTL`` plus the provider's own idempotency window.
+    """
+    message = json.dumps([tenant, key, namespace], ensure_ascii=False)
+    secret = hashlib.sha256(b"idempotency_django.derive" + _derivation_secret()).digest()
+    return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def _derivation_secret() -> bytes:
+    # Without fallbacks this is SECRET_KEY, as in 0.1: derived keys survive the upgrade.
+    fallbacks = list(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
+    return force_bytes(fallbacks[-1] if fallbacks else settings.SECRET_KEY)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -70,8 +71,21 @@ def purge(
         abandoned=run(conn, _abandoned(conn, now), batch_size),
         dry_run=dry_run,
     )
+    if not dry_run:
+        _purge_outbox(conn.alias)
     _report(conn.alias, result, time.monotonic() - started)
     return result
+
+
+def _purge_outbox(alias: str) -> None:
+    """Sent outbox rows past the TTL go with the entries (the outbox is an optional app)."""
+    if not apps.is_installed("idempotency_django.outbox"):
+        return
+    from idempotency_django.outbox import purge_sent
+
+    deleted = purge_sent(using=alias)
+    if deleted:
+        logger.info("idempotency purge on %r: %d sent outbox rows deleted", alias, deleted)
 
 
 def _report(alias: str, result: PurgeResult, seconds: float) -> None:

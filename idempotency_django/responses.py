@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from http.client import responses
+from http.client import responses as STANDARD_PHRASES
 
 from django.http import HttpResponse, HttpResponseBase
 
@@ -33,19 +33,21 @@ _NOT_STORED = frozenset(
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """A final answer as recorded: status, replayable headers and the exact body bytes."""
+    """A final answer as recorded: status, replayable headers and the exact body bytes.
+
+    ``reason`` is the reason phrase only when the view chose its own
+    (``HttpResponse(status=402, reason="Card Declined")``); ``""`` means the standard one.
+    """
 
     status: int
     headers: list[tuple[str, str]]
     body: bytes
-    reason: str = ""  # a custom reason phrase only; "" means the standard one
+    reason: str = ""
 
     @classmethod
     def from_response(cls, response: HttpResponse) -> StoredResponse:
         headers = [(k, v) for k, v in response.items() if k.lower() not in _NOT_STORED]
-        standard = responses.get(response.status_code, "Unknown Status Code")
-        reason = response.reason_phrase if response.reason_phrase != standard else ""
-        return cls(response.status_code, headers, bytes(response.content), reason)
+        return cls(response.status_code, headers, bytes(response.content), _own_reason(response))
 
     def to_response(self) -> HttpResponse:
         response = HttpResponse(self.body, status=self.status, reason=self.reason or None)
@@ -55,6 +57,12 @@ class StoredResponse:
             response[name] = value
         response[REPLAYED_HEADER] = "true"
         return response
+
+
+def _own_reason(response: HttpResponseBase) -> str:
+    # Django's own default, so that "" means "whatever Django would say" on replay too.
+    standard = STANDARD_PHRASES.get(response.status_code, "Unknown Status Code")
+    return "" if response.reason_phrase == standard else response.reason_phrase
 
 
 def problem_response(error: IdempotencyError) -> HttpResponse:

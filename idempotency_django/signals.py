@@ -81,3 +81,12 @@ def key_digest(tenant: str, key: str) -> str:
     """A short, stable SHA-256 prefix of (tenant, key) for logs: never the key itself."""
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+# Outbox (``idempotency_django.outbox``): sent with ``sender`` ``"fast"`` (the
+# on_commit publish) or ``"relay"``.
+#: One per row published: ``task`` (its name), ``attempts`` (this one included),
+#: ``key_digest`` (of ``("", key)``).
+outbox_published = Signal()
+#: One per failed publish: ``task``, ``attempts`` (this one included), ``error`` (the exception).
+outbox_failed = Signal()

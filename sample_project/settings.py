@@ -28,7 +28,10 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's and ReDoc's assets, served offline
     "idempotency_django",
+    "idempotency_django.outbox",
+    "idempotency_django.contrib.prometheus",
     "sample_project.payments",
 ]
 
@@ -72,7 +75,13 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Sample payments API", "VERSION": "1.0.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sample payments API",
+    "VERSION": "1.0.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 # idempotency_django: every setting at its default, spelled out for the reader.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -98,3 +107,18 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"idempotency_django": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Celery (sample_project/celery.py) and the outbox. Without CELERY_BROKER_URL the
+# receipt runs eagerly in the web process: `make run` needs no broker. With one,
+# run `celery -A sample_project worker -l INFO` and `manage.py relay_outbox --every 30`.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
+CELERY_TASK_ALWAYS_EAGER = "CELERY_BROKER_URL" not in os.environ
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+WEBHOOK_SECRET = os.environ.get("WEBHOOK_SECRET", "sample-webhook-secret")
+
+# Load the Celery app with the settings (Celery's Django guide does it in the
+# project's __init__.py; here the test suite, which installs the payments app
+# under its own settings, then never imports Celery).
+from sample_project.celery import app as celery_app  # noqa: E402, F401

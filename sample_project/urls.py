@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from sample_project.payments import views
+from idempotency_django.contrib.prometheus.views import metrics
+from sample_project.payments import checkout, views, webhooks
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -9,4 +10,11 @@ urlpatterns = [
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
+    path("webhooks/provider/", webhooks.provider_webhook, name="provider-webhook"),
+    path("checkout/", checkout.checkout, name="checkout"),
+    path("checkout/pay/", checkout.pay, name="checkout-pay"),
+    path("checkout/orders/<str:order>/", checkout.order_status, name="checkout-order"),
+    path("checkout/form/", checkout.pay_form, name="checkout-form"),
+    path("checkout/receipts/<int:pk>/", checkout.receipt, name="checkout-receipt"),
 ]

@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "idempotency_django",
+    "idempotency_django.outbox",
     "tests.testapp",
     # The sample's app, so that mypy (which reads these settings) knows its models.
     "sample_project.payments",
@@ -83,3 +84,6 @@ LOGGING = {
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {"django.request": {"handlers": ["null"], "propagate": False}},
 }
+
+# The sample project's webhook (sample_project.payments.webhooks) signs with this.
+WEBHOOK_SECRET = "tests-webhook-secret"

@@ -1,6 +1,8 @@
 """The promise under real concurrency, on PostgreSQL: real threads, real row locks.
 
 Each thread has its own database connection, as each worker of an app server does.
+Every test runs under both protocols (``IDEMPOTENCY_PROTOCOL``): "lock" (the claim
+inside the view's transaction, no row visible while in flight) and "lease".
 """
 
 from __future__ import annotations
@@ -18,11 +20,19 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from idempotency_django import core, store
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.store.sql import Target, take_over
 from tests.helpers import charges, new_key, post, race
+from tests.lock_helpers import writer_of_charges
 
 pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(params=["lock", "lease"], autouse=True)
+def protocol(request: pytest.FixtureRequest, settings: Any) -> str:
+    settings.IDEMPOTENCY_PROTOCOL = request.param
+    return str(request.param)
+
 
 STORM_TRIALS = 100
 STORM_CONCURRENCY = 16
@@ -58,7 +68,7 @@ def _classify(responses: list[Any]) -> Counter[str]:
     return kinds
 
 
-def test_storm_of_same_key_requests_commits_exactly_one_execution() -> None:
+def test_storm_of_same_key_requests_commits_exactly_one_execution(protocol: str) -> None:
     totals: Counter[str] = Counter()
     for trial in range(STORM_TRIALS):
         key = f"storm-{trial}-{new_key()}"
@@ -73,7 +83,8 @@ def test_storm_of_same_key_requests_commits_exactly_one_execution() -> None:
     assert totals["409"] > 0
     assert totals["replay"] > 0
     print(
-        f"\nstorm: {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: {dict(totals)}, duplicates 0"
+        f"\nstorm ({protocol}): {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: "
+        f"{dict(totals)}, duplicates 0"
     )
 
 
@@ -95,59 +106,70 @@ def test_exceptions_under_concurrency_leave_no_business_row() -> None:
     assert not IdempotencyEntry.objects.filter(key=key).exists()
 
 
-def test_request_outliving_its_lease_is_never_executed_twice() -> None:
-    """Lease 0.5 s, the view sleeps 2 s: a duplicate and a takeover arrive after the lease."""
+def test_request_outliving_its_lease_is_never_executed_twice(protocol: str) -> None:
+    """Lease 0.5 s, the view sleeps 2 s: a duplicate and a takeover arrive after the lease.
+
+    Under "lease" the claim is a committed row whose lease has passed while its
+    transaction still holds the row lock; under "lock" no row is visible at all
+    until the answer commits. Either way nobody may run the key a second time.
+    """
     key = new_key()
     body = {"amount": 100, "sleep": 2.0}
     first: list[Any] = []
     slow = threading.Thread(target=_in_thread, args=(first, "/charges/short-lease/", key, body))
     slow.start()
-    _wait_for_entry(key)
+    _wait_in_flight(key, protocol)
     time.sleep(0.8)  # the lease (0.5 s) has now passed; the request still runs
-    entry = IdempotencyEntry.objects.get(key=key)
-    assert entry.status == IdempotencyEntry.Status.IN_PROGRESS
-    assert entry.locked_until < timezone.now()
-
+    entry = IdempotencyEntry.objects.filter(key=key).first()
+    if protocol == "lease":
+        assert entry is not None
+        assert entry.status == IdempotencyEntry.Status.IN_PROGRESS
+        assert entry.locked_until < timezone.now()
+    else:
+        assert entry is None, "the lock protocol's claim is visible before its commit"
+    fingerprint = entry.fingerprint if entry is not None else ""
     duplicate = _send("/charges/short-lease/", key, body)
-    takeover = store.take_over(
-        "default",
-        "",
-        key,
-        entry.fingerprint,
-        core.now(),
-        timedelta(seconds=0.5),
-        timedelta(hours=1),
+    takeover = take_over(
+        Target("default", "", key, fingerprint, timedelta(seconds=0.5), timedelta(hours=1))
     )
+    still_running = slow.is_alive()
     slow.join(30)
+    assert first[0].status_code == 201, (
+        f"the request outliving its lease got {first[0].status_code}"
+    )
+    assert still_running, "the first request ended before the duplicate: nothing was tested"
     assert duplicate.status_code == 409
     assert takeover is None
-    assert first[0].status_code == 201
     assert charges(key) == 1
     replay = _send("/charges/short-lease/", key, body)
     assert replay.content == first[0].content
 
 
-def test_duplicate_with_other_payload_while_in_flight_is_422() -> None:
+def test_duplicate_with_other_payload_while_in_flight(protocol: str) -> None:
+    """ "lease": 422 (the committed claim carries its fingerprint). "lock": 409, the
+    in-flight claim isn't visible, only its advisory lock is; the retry after the
+    commit then gets its 422."""
     key = new_key()
     first: list[Any] = []
     slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.0}))
     slow.start()
-    _wait_for_entry(key)
+    _wait_in_flight(key, protocol)
     other = _send("/charges/", key, {"amount": 5})
     slow.join(30)
-    assert other.status_code == 422
+    assert other.status_code == (422 if protocol == "lease" else 409)
+    assert _send("/charges/", key, {"amount": 5}).status_code == 422
     assert first[0].status_code == 201
     assert charges(key) == 1
 
 
-def test_atomic_requests_in_flight_duplicate_gets_409_not_a_wait() -> None:
+def test_atomic_requests_in_flight_duplicate_gets_409_not_a_wait(protocol: str) -> None:
     key = new_key()
     connection.settings_dict["ATOMIC_REQUESTS"] = True
     try:
         first: list[Any] = []
         slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.5}))
         slow.start()
-        _wait_for_entry(key)
+        _wait_in_flight(key, protocol)
         started = time.monotonic()
         duplicate = _send("/charges/", key, {"sleep": 1.5})
         waited = time.monotonic() - started
@@ -185,9 +207,17 @@ def _in_thread(results: list[Any], path: str, key: str, body: dict[str, Any]) ->
         connections.close_all()
 
 
-def _wait_for_entry(key: str, timeout: float = 10) -> None:
+def _wait_in_flight(key: str, protocol: str, timeout: float = 10) -> None:
+    """Until the first request holds ``key``: its committed claim ("lease"), or, under "lock"
+    (nothing committed to see), its view's uncommitted charge, seen in ``pg_locks``."""
     deadline = time.monotonic() + timeout
-    while not IdempotencyEntry.objects.filter(key=key).exists():
+    while not _holding(key, protocol):
         assert time.monotonic() < deadline, "the first request never claimed its key"
         time.sleep(0.01)
     time.sleep(0.05)  # let it take its row lock
+
+
+def _holding(key: str, protocol: str) -> bool:
+    if protocol == "lease":
+        return IdempotencyEntry.objects.filter(key=key).exists()
+    return writer_of_charges() is not None

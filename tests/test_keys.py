@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+
 import pytest
 from django.test import override_settings
 from hypothesis import given
@@ -89,3 +93,30 @@ def test_derive_depends_on_the_secret_key() -> None:
     first = derive_key("t", "k", "payments")
     with override_settings(SECRET_KEY="another-secret"):
         assert derive_key("t", "k", "payments") != first
+
+
+def test_item10_derive_is_stable_across_a_secret_key_rotation() -> None:
+    with override_settings(SECRET_KEY="old-secret", SECRET_KEY_FALLBACKS=[]):
+        before = derive_key("t", "k", "payments")
+    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["old-secret"]):
+        assert derive_key("t", "k", "payments") == before
+    # A second rotation before the first key was dropped: still the oldest key.
+    rotated_twice = ["new-secret", "old-secret"]
+    with override_settings(SECRET_KEY="newest-secret", SECRET_KEY_FALLBACKS=rotated_twice):
+        assert derive_key("t", "k", "payments") == before
+
+
+def test_derive_changes_only_when_the_oldest_key_leaves_the_fallbacks() -> None:
+    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["old-secret"]):
+        rotating = derive_key("t", "k", "payments")
+    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=[]):
+        assert derive_key("t", "k", "payments") != rotating
+
+
+@given(st.text(max_size=20), st.text(min_size=1, max_size=40), st.text(max_size=20))
+def test_derive_without_fallbacks_is_what_0_1_derived(tenant: str, key: str, ns: str) -> None:
+    # Upgrading must not hand a provider new keys for work it has already seen.
+    with override_settings(SECRET_KEY="a-secret", SECRET_KEY_FALLBACKS=[]):
+        message = json.dumps([tenant, key, ns], ensure_ascii=False).encode()
+        secret = hashlib.sha256(b"idempotency_django.derive" + b"a-secret").digest()
+        assert derive_key(tenant, key, ns) == hmac.new(secret, message, "sha256").hexdigest()

@@ -215,6 +215,7 @@ def _while_request_runs(key: str, check: Callable[[IdempotencyEntry], None]) -> 
 
 @pytest.mark.requires_postgres
 @pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lease")  # only "lease" leaves a committed claim
 def test_a_claim_held_by_a_running_request_is_neither_deleted_nor_reclaimed() -> None:
     key = new_key()
 
@@ -263,8 +264,7 @@ class TestCommand:
         make(2, expired=True)
         make(1, abandoned=True)
         assert purge_command() == [
-            "Deleted 2 expired entries.",
-            "Deleted 1 abandoned in-progress entries.",
+            "Deleted 2 expired and 1 abandoned in-progress entries from 'default'."
         ]
         assert not keys()
 
@@ -272,16 +272,20 @@ class TestCommand:
         make(2, expired=True)
         make(1, abandoned=True)
         assert purge_command("--dry-run") == [
-            "Would delete 2 expired entries.",
-            "Would delete 1 abandoned in-progress entries.",
+            "Dry run: would delete 2 expired and 1 abandoned in-progress entries from 'default'."
         ]
         assert IdempotencyEntry.objects.count() == 3
 
     def test_batch_size_and_database(self, batches: list[int]) -> None:
         make(5, expired=True)
         lines = purge_command("--batch-size", "2", "--database", "default")
-        assert lines[0] == "Deleted 5 expired entries."
+        assert lines == ["Deleted 5 expired and 0 abandoned in-progress entries from 'default'."]
         assert batches == [2, 2, 1, 0]
+
+    def test_verbosity_0_is_silent_on_success(self) -> None:
+        make(2, expired=True)
+        assert purge_command("-v", "0") == []
+        assert not keys()
 
     @pytest.mark.parametrize("value", ["0", "-3", "abc", "1.5"])
     def test_invalid_batch_size_is_a_command_error(self, value: str) -> None:

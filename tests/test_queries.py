@@ -11,6 +11,11 @@ because on PostgreSQL each is a round trip of its own (psycopg sends ``BEGIN``
 as a separate message before the transaction's first statement). They are not
 SQL statements of ours and are counted apart. ``transaction=True`` so that the
 claim commits on its own, as in production.
+
+Every path is counted under both protocols (``IDEMPOTENCY_PROTOCOL``): "lease"
+on every database (the claim commits on its own, then the view's transaction
+takes the row lock) and "lock" on PostgreSQL (the claim is the first statement
+of the view's transaction: no separate commit, no row lock, no release).
 """
 
 from __future__ import annotations
@@ -19,17 +24,21 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from idempotency_django import store
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.store import lease, lock
+from idempotency_django.store.sql import Claim, Target
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post
+from tests.lock_helpers import dsn, lock_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = IdempotencyEntry.Status
@@ -39,6 +48,12 @@ TRANSACTION_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
 @pytest.fixture
 def client() -> Client:
     return Client(raise_request_exception=False)
+
+
+@pytest.fixture(params=["lease", pytest.param("lock", marks=pytest.mark.requires_postgres)])
+def protocol(request: pytest.FixtureRequest, settings: Any) -> str:
+    settings.IDEMPOTENCY_PROTOCOL = request.param
+    return str(request.param)
 
 
 class Statements:
@@ -97,31 +112,47 @@ def per_vendor(postgresql: list[str], sqlite: list[str]) -> list[str]:
     return postgresql if connection.vendor == "postgresql" else sqlite
 
 
-def test_first_execution(client: Client) -> None:
-    """Minimum 3 statements of ours, on both vendors: claim, lock, record.
+def claim_of(protocol: str) -> list[str]:
+    """The claim: one CTE on PostgreSQL; SQLite ("lease" only) reads, then inserts."""
+    return per_vendor(["claim"], ["read", "claim"])
 
-    The claim commits on its own before the view runs, so an in-flight duplicate
-    sees it and gets 409 instead of queueing behind the first; the row lock is
-    taken inside the view's transaction before the view runs, so no takeover or
-    purge can steal the entry from a request that outlives its lease; the answer
-    is written in that transaction, so it commits with the business writes or not
-    at all. Round trips on PostgreSQL: those 3, plus BEGIN and COMMIT of the view's
+
+def lookup(protocol: str) -> list[str]:
+    """A claim that finds an entry: "lock" wraps it in the view's transaction (BEGIN …)."""
+    if protocol == "lock":
+        return ["BEGIN", "claim"]
+    return per_vendor(["claim"], ["read"])
+
+
+def test_first_execution(client: Client, protocol: str) -> None:
+    """ "lock": 2 statements of ours (claim, record), in the view's one transaction.
+
+    "lease": 3 (claim, lock, record). Its claim commits on its own before the view
+    runs, so an in-flight duplicate sees it and gets 409; the row lock keeps a
+    takeover or purge away from a request that outlives its lease; the answer is
+    written in the view's transaction, so it commits with the business writes or
+    not at all. Under "lock" the claim is the first statement of that transaction:
+    the duplicate meets its advisory lock instead, and a crash leaves nothing.
+    Round trips on PostgreSQL: those, plus BEGIN and COMMIT of the view's
     transaction (an unprotected view commits too, inside its autocommit INSERT).
     """
     key = new_key()
     with statements() as sent:
         response = post(client, "/charges/", key)
     assert response.status_code == 201
-    claim = per_vendor(["claim"], ["read", "claim"])
-    assert sent.kinds == [*claim, "BEGIN", "lock", "view", "record", "COMMIT"]
-    assert len(sent.ours) == (3 if connection.vendor == "postgresql" else 4)
+    if protocol == "lock":
+        assert sent.kinds == ["BEGIN", "claim", "view", "record", "COMMIT"]
+        assert len(sent.ours) == 2
+    else:
+        assert sent.kinds == [*claim_of(protocol), "BEGIN", "lock", "view", "record", "COMMIT"]
+        assert len(sent.ours) == (3 if connection.vendor == "postgresql" else 4)
 
 
-def test_replay_from_the_database(client: Client) -> None:
-    """Minimum 1 statement on PostgreSQL: the claim's CTE reads the existing entry.
+def test_replay_from_the_database(client: Client, protocol: str) -> None:
+    """1 statement: the claim's CTE reads the existing entry (SQLite: a plain SELECT).
 
-    SQLite needs 1 too, a plain SELECT: there the claim reads before it inserts, so
-    that a duplicate doesn't queue behind a running request's write lock.
+    Under "lock" it runs in a transaction that only reads: BEGIN and COMMIT are
+    sent as well (2 round trips more than "lease" on PostgreSQL).
     """
     key = new_key()
     first = post(client, "/charges/", key)
@@ -129,11 +160,14 @@ def test_replay_from_the_database(client: Client) -> None:
         replay = post(client, "/charges/", key)
     assert replay.content == first.content
     assert replay["Idempotent-Replayed"] == "true"
-    assert sent.kinds == per_vendor(["claim"], ["read"])
+    assert len(sent.sql) == 1
+    assert sent.kinds == [*lookup(protocol), *(["COMMIT"] if protocol == "lock" else [])]
 
 
-def test_in_flight_duplicate_is_answered_409_from_the_claim_alone(client: Client) -> None:
-    """Minimum 1 statement on both: the claim (SQLite: its read) shows the live entry."""
+def test_duplicate_of_a_committed_claim_in_progress_is_409_from_the_claim_alone(
+    client: Client, protocol: str
+) -> None:
+    """1 statement: the claim shows the live entry (a "lease" claim, committed)."""
     key = new_key()
     post(client, "/charges/", key)
     IdempotencyEntry.objects.filter(key=key).update(
@@ -142,48 +176,74 @@ def test_in_flight_duplicate_is_answered_409_from_the_claim_alone(client: Client
     with statements() as sent:
         response = post(client, "/charges/", key)
     assert response.status_code == 409
-    assert sent.kinds == per_vendor(["claim"], ["read"])
+    assert sent.kinds == [*lookup(protocol), *(["ROLLBACK"] if protocol == "lock" else [])]
 
 
-def test_reuse_with_another_request_is_answered_422_from_the_claim_alone(client: Client) -> None:
-    """Minimum 1 statement on both: the fingerprint comes with the entry."""
+@pytest.mark.requires_postgres
+def test_duplicate_of_a_lock_claim_in_flight_is_409_from_the_claim_alone(
+    client: Client, protocol: str
+) -> None:
+    """1 statement: the claim's advisory lock is taken (its row isn't visible yet)."""
+    key = new_key()
+    with psycopg.connect(dsn()) as holder:  # a "lock" request in flight holds this lock
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_text(key),))
+        with statements() as sent:
+            response = post(client, "/charges/", key)
+    assert response.status_code == 409
+    assert sent.kinds == [*lookup(protocol), *(["ROLLBACK"] if protocol == "lock" else [])]
+
+
+def test_reuse_with_another_request_is_answered_422_from_the_claim_alone(
+    client: Client, protocol: str
+) -> None:
+    """1 statement: the fingerprint comes with the entry."""
     key = new_key()
     post(client, "/charges/", key)
     with statements() as sent:
         response = post(client, "/charges/", key, {"amount": 999})
     assert response.status_code == 422
-    assert sent.kinds == per_vendor(["claim"], ["read"])
+    assert sent.kinds == [*lookup(protocol), *(["ROLLBACK"] if protocol == "lock" else [])]
 
 
 @pytest.mark.parametrize("body", [{"status": 503}, {"raise": True}], ids=["5xx", "exception"])
-def test_transient_answer_rolls_back_and_releases(client: Client, body: dict[str, object]) -> None:
-    """Minimum 3 statements of ours: claim, lock, release after the ROLLBACK.
+def test_transient_answer_rolls_back_and_releases(
+    client: Client, protocol: str, body: dict[str, object]
+) -> None:
+    """ "lock": 1 statement of ours, the claim; the ROLLBACK takes it away.
 
-    The release has to be its own statement after the rollback: the claim
-    committed on its own, so rolling the view back does not remove it.
+    "lease": 3, claim, lock and a release after the ROLLBACK: the claim committed
+    on its own, so rolling the view back does not remove it.
     """
     key = new_key()
     with statements() as sent:
         response = post(client, "/charges/", key, body)
     assert response.status_code >= 500
-    claim = per_vendor(["claim"], ["read", "claim"])
-    assert sent.kinds == [*claim, "BEGIN", "lock", "view", "ROLLBACK", "release"]
+    if protocol == "lock":
+        assert sent.kinds == ["BEGIN", "claim", "view", "ROLLBACK"]
+    else:
+        assert sent.kinds == [*claim_of(protocol), "BEGIN", "lock", "view", "ROLLBACK", "release"]
     assert charges(key) == 0
+    assert not IdempotencyEntry.objects.filter(key=key).exists()
 
 
-def test_takeover_of_an_abandoned_claim(client: Client) -> None:
-    """Minimum 4 statements of ours on both vendors: claim (or read), take over, lock, record.
+def test_takeover_of_an_abandoned_claim(client: Client, protocol: str) -> None:
+    """ "lock": 3 statements of ours (claim, take over, record), in one transaction.
 
-    The claim reads the dead entry; the takeover is a separate, fenced UPDATE that
-    skips a row still locked by a live transaction. Takeovers only follow a crash.
+    "lease": 4 (claim or read, take over, lock, record). The claim reads the dead
+    entry; the takeover is a separate, fenced UPDATE that skips a row still locked
+    by a live transaction. Takeovers only follow a crash under "lease" (or meet a
+    claim "lease" left behind).
     """
     key = new_key()
     IdempotencyEntryFactory(key=key, abandoned=True)
     with statements() as sent:
         response = post(client, "/charges/", key)
     assert response.status_code == 201
-    claim = per_vendor(["claim"], ["read"])
-    assert sent.kinds == [*claim, "take_over", "BEGIN", "lock", "view", "record", "COMMIT"]
+    if protocol == "lock":
+        assert sent.kinds == ["BEGIN", "claim", "take_over", "view", "record", "COMMIT"]
+    else:
+        claim = per_vendor(["claim"], ["read"])
+        assert sent.kinds == [*claim, "take_over", "BEGIN", "lock", "view", "record", "COMMIT"]
     assert charges(key) == 1
 
 
@@ -196,28 +256,36 @@ def test_unprotected_view_for_comparison(client: Client) -> None:
 
 
 @pytest.mark.requires_postgres
-def test_claim_relaxes_its_own_commit_only() -> None:
-    """The claim commits asynchronously (README "Performance"); nothing after it does."""
-    key = new_key()
+def test_lease_claim_relaxes_its_own_commit_only() -> None:
+    """The "lease" claim commits asynchronously (README "Performance"); nothing after it does."""
     with statements() as sent:
-        claimed = _claim(key)
-    assert isinstance(claimed, store.Claim)
+        claimed = lease.claim(_target(new_key()), bounded=False)
+    assert isinstance(claimed, Claim)
     assert "synchronous_commit" in sent.context.captured_queries[0]["sql"]
     assert _synchronous_commit() == "on"
 
 
 @pytest.mark.requires_postgres
-def test_claim_inside_a_callers_transaction_keeps_it_synchronous() -> None:
+def test_lease_claim_inside_a_callers_transaction_keeps_it_synchronous() -> None:
     """A local setting would last until the caller's COMMIT and relax its writes too."""
     with transaction.atomic():
-        assert isinstance(_claim(new_key()), store.Claim)
+        assert isinstance(lease.claim(_target(new_key()), bounded=False), Claim)
         assert _synchronous_commit() == "on"
 
 
-def _claim(key: str) -> store.Claim | store.Existing | None:
-    return store.claim(
-        "default", "", key, "0" * 64, timezone.now(), timedelta(seconds=60), timedelta(hours=1)
-    )
+@pytest.mark.requires_postgres
+def test_lock_claim_never_relaxes_the_commit_of_the_business_writes() -> None:
+    """The "lock" claim commits with the view's writes: it must not touch synchronous_commit."""
+    with transaction.atomic(), statements() as sent:
+        assert isinstance(lock.claim(_target(new_key()), bounded=True), Claim)
+        assert _synchronous_commit() == "on"
+    claims = [q["sql"] for q in sent.context.captured_queries if kind(q["sql"]) == "claim"]
+    assert len(claims) == 1
+    assert "synchronous_commit" not in claims[0]
+
+
+def _target(key: str) -> Target:
+    return Target("default", "", key, "0" * 64, timedelta(seconds=60), timedelta(hours=1))
 
 
 def _synchronous_commit() -> str:

@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 )
 
 from idempotency_django import idempotent
+from idempotency_django.conf import conf
 from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store import lease
@@ -236,9 +237,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert "Idempotent-Replayed" not in response
         if outcome in FINAL_OUTCOMES:
             self._record(tenant, key, body, Reply(status, response.content, response["Location"]))
-        else:
+        elif conf.PROTOCOL == "lease":
             # Rolled back and released: a dead claim it took over is gone as well.
             self.entries.pop((tenant, key), None)
+        # Under "lock" the rollback undoes the takeover too: a dead entry stays, as dead.
 
     def _record(self, tenant: str, key: str, body: int, reply: Reply) -> None:
         self.executions[f"{tenant}/{key}"] += 1

@@ -79,7 +79,8 @@ def _claim_sql(conn: BaseDatabaseWrapper, relaxed: bool, bounded: bool) -> str:
 
 
 def idle_params(target: Target) -> list[str]:
-    return [str(max(1, int(target.lease.total_seconds() * 1000)))]
+    idle = target.idle or target.lease
+    return [str(max(1, int(idle.total_seconds() * 1000)))]
 
 
 def wait_for_lock(target: Target, seconds: float) -> bool:

@@ -35,6 +35,7 @@ class Target:
     fingerprint: str
     lease: timedelta
     ttl: timedelta
+    idle: timedelta | None = None  # IDEMPOTENCY_IDLE_TIMEOUT: see ``pg.IDLE_BOUND``
 
     @property
     def lock_text(self) -> str:

@@ -11,7 +11,9 @@ from django.views.decorators.http import require_POST
 
 from idempotency_django import idempotent
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.outbox import enqueue
 from sample_project.payments.models import Charge
+from sample_project.payments.tasks import send_receipt
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -42,6 +44,8 @@ def create_charge(request: HttpRequest) -> HttpResponse:
         description=str(data.get("description", ""))[:200],
         provider_key=request.idempotency.derive("provider"),  # type: ignore[attr-defined]
     )
+    # Published after commit, at least once, under request.idempotency.derive(task name).
+    enqueue(send_receipt, charge.pk)
     response = JsonResponse(_as_json(charge), status=201)
     response["Location"] = f"/charges/{charge.pk}/"
     return response

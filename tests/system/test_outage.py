@@ -15,6 +15,8 @@ from django.conf import settings
 
 from bench import chaos
 from bench.chaos import Gunicorn, ScratchDatabase, StormPlan, TcpProxy
+from tests.system.conftest import serving_protocol
+from tests.system.scenarios import summary
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
@@ -29,10 +31,17 @@ def proxy() -> Iterator[TcpProxy]:
 
 
 @pytest.fixture(scope="module")
-def proxied(scratch: ScratchDatabase, proxy: TcpProxy, logs: Path) -> Iterator[Gunicorn]:
+def proxied(
+    scratch: ScratchDatabase, proxy: TcpProxy, logs: Path, protocol: str
+) -> Iterator[Gunicorn]:
     url = chaos.with_port(scratch.url, proxy.port)
-    with chaos.serving(url, logs / "proxied.log", workers=2, lease=8) as server:
+    server = Gunicorn(url, logs / f"proxied-{protocol}.log", workers=2, lease=8)
+    try:
+        with serving_protocol(protocol):
+            server.start()
         yield server
+    finally:
+        server.stop()
 
 
 def test_unreachable_database_is_503_nothing_runs_and_service_resumes(
@@ -43,13 +52,14 @@ def test_unreachable_database_is_503_nothing_runs_and_service_resumes(
 
 
 def test_database_cut_mid_storm_duplicates_nothing(
-    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase
+    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase, protocol: str
 ) -> None:
     cut = threading.Thread(target=_cut_once_charged, args=(scratch, proxy), daemon=True)
     cut.start()
     answers = chaos.storm(proxied.port, StormPlan(keys=150, clients=16), prefix="cut")
     cut.join(60)
     verdict = chaos.judge(answers, scratch, chaos=True)
+    print(f"\ncut mid-storm ({protocol}): {summary(verdict)}")
     assert verdict.broken() == []
     assert verdict.server_errors > 0, "the cut came after the storm"
 

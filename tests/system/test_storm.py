@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 from bench.chaos import Gunicorn, Monkey, ScratchDatabase, StormPlan, Verdict, judge, storm
+from tests.system.scenarios import summary
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
 
-def test_storm_commits_each_key_exactly_once(server: Gunicorn, scratch: ScratchDatabase) -> None:
+def test_storm_commits_each_key_exactly_once(
+    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+) -> None:
     """1,000 keys, each sent by 8 concurrent clients, a quarter of them sending again later."""
     answers = storm(server.port, StormPlan(keys=1000, per_key=8, clients=32, seed=6))
     verdict = judge(answers, scratch)
-    print(f"\nstorm: {_summary(verdict)}")
+    print(f"\nstorm ({protocol}): {summary(verdict)}")
     assert verdict.broken() == []
     assert verdict.originals == verdict.keys == 1000
     assert verdict.requests >= 8000
@@ -21,7 +24,7 @@ def test_storm_commits_each_key_exactly_once(server: Gunicorn, scratch: ScratchD
 
 
 def test_storm_with_killed_workers_and_terminated_backends(
-    server: Gunicorn, scratch: ScratchDatabase
+    server: Gunicorn, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """The bounded twin of ``make stress``: rounds of storms until the monkey has done both."""
     verdicts: list[Verdict] = []
@@ -33,9 +36,9 @@ def test_storm_with_killed_workers_and_terminated_backends(
             verdicts.append(judge(answers, scratch, chaos=True))
             if monkey.done and _hit(verdicts):
                 break
-    print(f"\nchaos: killed {monkey.killed}, terminated {monkey.terminated}")
+    print(f"\nchaos ({protocol}): killed {monkey.killed}, terminated {monkey.terminated}")
     for verdict in verdicts:
-        print(f"  {_summary(verdict)}")
+        print(f"  {summary(verdict)}")
         assert verdict.broken() == []
     assert monkey.done
     assert _hit(verdicts), "the monkey never landed in a request"
@@ -43,11 +46,3 @@ def test_storm_with_killed_workers_and_terminated_backends(
 
 def _hit(verdicts: list[Verdict]) -> bool:
     return any(v.server_errors for v in verdicts) and any(v.dropped for v in verdicts)
-
-
-def _summary(verdict: Verdict) -> str:
-    return (
-        f"{verdict.requests} requests, {verdict.keys} keys: {verdict.originals} originals, "
-        f"{verdict.replays} replays, {verdict.conflicts} 409s, {verdict.server_errors} 5xx, "
-        f"{verdict.dropped} dropped, {verdict.duplicates_committed} duplicates"
-    )

@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from tests.testapp import views
+from tests.testapp import lock_views, views
 
 urlpatterns = [
     path("charges/", views.charge),
@@ -13,4 +13,5 @@ urlpatterns = [
     path("binary/", views.binary),
     path("derive/", views.derive),
     path("api/", include("tests.testapp.api_urls")),
+    path("protocols/charges/", lock_views.by_headers),
 ]

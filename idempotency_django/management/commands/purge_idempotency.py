@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from idempotency_django.conf import conf
 from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, purge
 
 
@@ -43,9 +44,14 @@ class Command(BaseCommand):
                 f"(choose from: {', '.join(connections)})."
             )
         result = purge(using=database, batch_size=batch_size, dry_run=options["dry_run"])
-        self._report(result)
+        if options["verbosity"] > 0:  # -v 0: silent on success, for cron
+            self.stdout.write(summary(result, database or conf.DATABASE))
 
-    def _report(self, result: PurgeResult) -> None:
-        verb = "Would delete" if result.dry_run else "Deleted"
-        self.stdout.write(f"{verb} {result.expired} expired entries.")
-        self.stdout.write(f"{verb} {result.abandoned} abandoned in-progress entries.")
+
+def summary(result: PurgeResult, database: str) -> str:
+    """``Deleted 12 expired and 3 abandoned in-progress entries from 'default'.``"""
+    verb = "Dry run: would delete" if result.dry_run else "Deleted"
+    return (
+        f"{verb} {result.expired} expired and {result.abandoned} abandoned in-progress "
+        f"entries from {database!r}."
+    )

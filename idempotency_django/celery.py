@@ -1,0 +1,187 @@
+"""``@idempotent_task``: a Celery task whose effects commit once per key.
+
+A thin adapter over :func:`idempotency_django.calls.idempotent_call` (this
+module, and only it, imports Celery)::
+
+    @app.task(acks_late=True, reject_on_worker_lost=True)
+    @idempotent_task
+    def charge(order_id): ...
+
+The key defaults to the task id, which survives ``self.retry()`` and broker
+redelivery (a producer that publishes again gets a new id: pass a business key
+with ``key=`` or ``apply_async(task_id=...)``). The scope is the task's name,
+the tenant ``""`` (or ``tenant=``), and the arguments are fingerprinted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
+
+from celery import Task, current_task
+from celery.exceptions import Ignore
+
+from idempotency_django.exceptions import RequestInProgress
+
+if TYPE_CHECKING:
+    from idempotency_django.serializers import Serializer
+
+__all__ = ["idempotent_task"]
+
+logger = logging.getLogger("idempotency_django")
+TaskFunc = TypeVar("TaskFunc", bound=Callable[..., Any])
+OnInProgress = Literal["retry", "drop", "raise"]
+ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
+KeyOf = Callable[..., "str | None"]
+TenantOf = Callable[..., str]
+
+
+@overload
+def idempotent_task(fn: TaskFunc, /) -> TaskFunc: ...
+
+
+@overload
+def idempotent_task(
+    *,
+    key: KeyOf | None = None,
+    tenant: TenantOf | None = None,
+    on_in_progress: OnInProgress = "retry",
+    countdown: float | None = None,
+    ttl: float | timedelta | None = None,
+    database: str | None = None,
+    protocol: str | None = None,
+    wait: float | None = None,
+    serializer: Serializer | None = None,
+) -> Callable[[TaskFunc], TaskFunc]: ...
+
+
+def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
+    """Run the task body at most once per key: ``@idempotent_task`` or ``@idempotent_task(...)``.
+
+    Place it between Celery's task decorator and the function. ``key`` and
+    ``tenant`` are callables of the task's arguments (without ``self``);
+    ``on_in_progress`` says what a delivery does while another holds the key:
+    ``"retry"`` (``self.retry`` after ``countdown`` or the holder's Retry-After),
+    ``"drop"`` (ignored: no result is stored for it) or ``"raise"``
+    (:class:`~idempotency_django.exceptions.RequestInProgress`).
+    """
+    policy = _Policy(**options)
+    if fn is None:
+        return functools.partial(_decorate, policy=policy)
+    if isinstance(fn, Task) or not callable(fn):
+        raise TypeError(
+            "@idempotent_task goes between the task decorator and the function: "
+            "@app.task(...) / @idempotent_task / def f(...)."
+        )
+    return _decorate(fn, policy=policy)
+
+
+class _Policy:
+    """The decorator's options, checked once when it is applied."""
+
+    def __init__(
+        self,
+        *,
+        key: KeyOf | None = None,
+        tenant: TenantOf | None = None,
+        on_in_progress: str = "retry",
+        countdown: float | None = None,
+        ttl: float | timedelta | None = None,
+        database: str | None = None,
+        protocol: str | None = None,
+        wait: float | None = None,
+        serializer: Serializer | None = None,
+    ) -> None:
+        if on_in_progress not in ON_IN_PROGRESS:
+            raise ValueError(
+                f"on_in_progress must be one of {ON_IN_PROGRESS}, not {on_in_progress!r}."
+            )
+        for name, value in (("key", key), ("tenant", tenant)):
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"idempotent_task({name}=...) takes a callable of the task's arguments."
+                )
+        if countdown is not None and countdown < 0:
+            raise ValueError("idempotent_task(countdown=...) must not be negative.")
+        self.key, self.tenant, self.on_in_progress, self.countdown = (
+            key,
+            tenant,
+            on_in_progress,
+            countdown,
+        )
+        self.call_options: dict[str, Any] = {
+            "ttl": ttl,
+            "database": database,
+            "protocol": protocol,
+            "wait": wait,
+            "serializer": serializer,
+        }
+
+
+def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        task = _running_task(args)
+        call_args = args[1:] if args and args[0] is task else args
+        key = policy.key(*call_args, **kwargs) if policy.key else task.request.id
+        if key is None:
+            # Called directly (``charge(1)``), not delivered: nothing to deduplicate.
+            return fn(*args, **kwargs)
+        try:
+            return _run_once(fn, task, key, policy, args, kwargs, call_args)
+        except RequestInProgress as exc:
+            return _in_progress(task, exc, policy)
+
+    return run  # type: ignore[return-value]
+
+
+def _running_task(args: tuple[Any, ...]) -> Task[Any, Any]:
+    # bind=True passes the task first; otherwise Celery keeps it on its stack.
+    if args and isinstance(args[0], Task):
+        return args[0]
+    task = current_task._get_current_object() if current_task else None  # type: ignore[attr-defined]
+    if task is None:
+        raise RuntimeError("an @idempotent_task function must run as a Celery task.")
+    return task  # type: ignore[no-any-return]
+
+
+def _run_once(
+    fn: Callable[..., Any],
+    task: Task[Any, Any],
+    key: str,
+    policy: _Policy,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    call_args: tuple[Any, ...],
+) -> Any:
+    from idempotency_django.calls import idempotent_call
+
+    tenant = policy.tenant(*call_args, **kwargs) if policy.tenant else ""
+    arguments = {"args": list(call_args), "kwargs": kwargs}
+    with idempotent_call(
+        key,
+        scope=task.name,
+        tenant=tenant,
+        arguments=arguments,
+        origin="task",
+        **policy.call_options,
+    ) as call:
+        if call.replayed:
+            logger.info("idempotent task %s [%s] replayed its stored result", task.name, key)
+            return call.result
+        call.result = fn(*args, **kwargs)
+        return call.result
+
+
+def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) -> Any:
+    if policy.on_in_progress == "raise":
+        raise exc
+    if policy.on_in_progress == "drop":
+        # Ignore, not a return: a returned None would overwrite the holder's result.
+        logger.info("idempotent task %s [%s] dropped: in progress", task.name, task.request.id)
+        raise Ignore()
+    countdown = exc.retry_after if policy.countdown is None else policy.countdown
+    raise task.retry(countdown=countdown, exc=exc)

@@ -1,0 +1,5 @@
+"""Prometheus metrics from the library's signals (extra ``[prometheus]``).
+
+Add ``"idempotency_django.contrib.prometheus"`` to ``INSTALLED_APPS`` and route
+:func:`idempotency_django.contrib.prometheus.views.metrics` (e.g. at ``/metrics``).
+"""

@@ -1,0 +1,51 @@
+"""A read-only list of outbox rows, headed by the numbers an operator watches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+
+from idempotency_django.outbox import delivery
+from idempotency_django.outbox.models import OutboxMessage
+
+
+class PendingFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("pending", "pending"), ("failing", "failing"), ("sent", "sent")]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() == "pending":
+            return queryset.filter(sent_at__isnull=True)
+        if self.value() == "failing":
+            return queryset.filter(sent_at__isnull=True, failures__gt=0)
+        if self.value() == "sent":
+            return queryset.filter(sent_at__isnull=False)
+        return queryset
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("task", "key", "created_at", "sent_at", "attempts", "failures", "last_error")
+    list_filter = (PendingFilter, "task")
+    search_fields = ("key", "task")
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {**(extra_context or {}), "outbox_stats": delivery.stats()}
+        return super().changelist_view(request, extra_context=extra)

@@ -1,0 +1,84 @@
+"""``enqueue()``: record a task to publish once the current transaction commits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Protocol
+
+from django.db import transaction
+
+from idempotency_django.conf import conf
+
+#: How long the relay leaves a fresh row to the on_commit fast path.
+FAST_PATH_GRACE = timedelta(seconds=10)
+
+
+class OutboxError(RuntimeError):
+    """The outbox was used in a way that cannot keep its promise (a programming error)."""
+
+
+class _Named(Protocol):
+    name: str
+
+
+def enqueue(
+    task_or_name: _Named | str,
+    /,
+    *args: Any,
+    key: str | None = None,
+    request: object = None,
+    using: str | None = None,
+    options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> str:
+    """Record ``task(*args, **kwargs)`` in the current transaction; returns its key.
+
+    The key (the Celery task id of every publish) defaults to
+    ``request.idempotency.derive(<task name>)`` inside a protected view (found
+    by ``core.current_context()``, or pass ``request=``); elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
+    arguments and options must be JSON-serialisable. Raises :class:`OutboxError`
+    outside ``transaction.atomic()`` on the outbox's database (``using``, default ``IDEMPOTENCY_DATABASE``): without the
+    caller's transaction the row could commit without the business rows.
+    """
+    from idempotency_django.outbox.delivery import publish_after_commit
+    from idempotency_django.outbox.models import OutboxMessage
+
+    name = task_or_name if isinstance(task_or_name, str) else task_or_name.name
+    alias = using or conf.DATABASE
+    if not transaction.get_connection(alias).in_atomic_block:
+        raise OutboxError(
+            f"enqueue({name!r}) must run inside transaction.atomic(using={alias!r}), "
+            "in the same transaction as the business writes it belongs to."
+        )
+    row = OutboxMessage.objects.using(alias).create(
+        key=key or _derived_key(name, request),
+        task=name,
+        args=list(args),
+        kwargs=kwargs,
+        options=options or {},
+        next_attempt_at=_now_plus(FAST_PATH_GRACE),
+    )
+    transaction.on_commit(lambda: publish_after_commit(row.pk, alias), using=alias)
+    return row.key
+
+
+def _derived_key(name: str, request: object) -> str:
+    from idempotency_django.core import current_context
+
+    context = getattr(request, "idempotency", None) if request else current_context()
+    key = getattr(context, "key", None)
+    if context is None or key is None:
+        raise OutboxError(
+            f"enqueue({name!r}) needs key=... outside a protected view "
+            "(or a request carrying an idempotency key: pass request=...)."
+        )
+    derived: str = context.derive(name)
+    return derived
+
+
+def _now_plus(delta: timedelta) -> Any:
+    from django.db.models import DateTimeField, ExpressionWrapper
+    from django.db.models.functions import Now
+
+    # The database's clock, never this server's: relays on other machines compare with it.
+    return ExpressionWrapper(Now() + delta, output_field=DateTimeField())

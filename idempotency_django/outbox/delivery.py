@@ -1,0 +1,193 @@
+"""Publishing outbox rows: the on_commit fast path, the relay, stats and purge.
+
+Both paths take the row with ``SELECT ... FOR UPDATE SKIP LOCKED`` and publish
+while holding it, then mark it sent in the same short transaction: two relays
+(or a relay and the fast path) never publish one row at the same time. A crash
+after the publish and before that commit publishes the row again later, under
+the same task id: delivery is at least once, execution once by the consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models.functions import Now
+
+from idempotency_django import signals
+from idempotency_django.conf import conf
+from idempotency_django.outbox.models import OutboxMessage
+
+logger = logging.getLogger("idempotency_django.outbox")
+
+DEFAULT_BATCH_SIZE = 100
+BACKOFF_BASE = timedelta(seconds=5)
+BACKOFF_CAP = timedelta(minutes=10)
+Publisher = Callable[[OutboxMessage], None]
+
+
+def publish(row: OutboxMessage) -> None:
+    """Send the row's task to Celery's current app, its key as the task id.
+
+    Under ``CELERY_TASK_ALWAYS_EAGER`` (a project run without a broker) a task
+    the app knows runs here and now instead, as ``.delay()`` would.
+    """
+    from celery import current_app
+
+    if current_app.conf.task_always_eager and row.task in current_app.tasks:
+        task = current_app.tasks[row.task]
+        task.apply(args=row.args, kwargs=row.kwargs, task_id=row.key, **row.options)
+        return
+    # retry=False: the request (fast path) must not hang on a dead broker; the
+    # relay is the retry.
+    current_app.send_task(
+        row.task, args=row.args, kwargs=row.kwargs, task_id=row.key, retry=False, **row.options
+    )
+
+
+def publish_after_commit(pk: int, using: str) -> None:
+    """The fast path, run by ``on_commit``: publish one row now, never raise."""
+    try:
+        with transaction.atomic(using=using):
+            rows = _locked(using).filter(pk=pk)
+            for row in rows:
+                _deliver(row, using, publish, how="fast")
+    except Exception:
+        # The row stays pending: the relay publishes it. The request's answer stands.
+        logger.warning("outbox: could not publish row %s after commit", pk, exc_info=True)
+
+
+def relay(
+    using: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    publisher: Publisher | None = None,
+    ignore_schedule: bool = False,
+) -> dict[str, int]:
+    """Publish due pending rows in batches until none is left; returns the counts.
+
+    ``ignore_schedule`` also takes rows still within the fast path's grace period
+    (tests, and a relay run by hand after a crash).
+    """
+    alias = using or conf.DATABASE
+    counts = {"sent": 0, "failed": 0}
+    while True:
+        sent, failed = _relay_batch(alias, batch_size, publisher or publish, ignore_schedule)
+        counts["sent"] += sent
+        counts["failed"] += failed
+        if sent + failed < batch_size:
+            return counts
+
+
+def _relay_batch(
+    using: str, batch_size: int, publisher: Publisher, ignore_schedule: bool
+) -> tuple[int, int]:
+    sent = failed = 0
+    with transaction.atomic(using=using):
+        due = (
+            _locked(using) if ignore_schedule else _locked(using).filter(next_attempt_at__lte=Now())
+        )
+        for row in due.order_by("next_attempt_at", "pk")[:batch_size]:
+            if _deliver(row, using, publisher, how="relay"):
+                sent += 1
+            else:
+                failed += 1
+    return sent, failed
+
+
+def _locked(using: str) -> Any:
+    # skip_locked is ignored where SELECT ... FOR UPDATE is unsupported (SQLite,
+    # whose writers are serialised anyway).
+    return (
+        OutboxMessage.objects.using(using)
+        .select_for_update(skip_locked=True)
+        .filter(sent_at__isnull=True)
+    )
+
+
+def _deliver(row: OutboxMessage, using: str, publisher: Publisher, how: str) -> bool:
+    try:
+        publisher(row)
+    except Exception as exc:  # noqa: BLE001 - any broker error leaves the row pending for the relay
+        _mark_failed(row, using, exc)
+        signals.send(
+            signals.outbox_failed, sender=how, task=row.task, attempts=row.attempts + 1, error=exc
+        )
+        return False
+    OutboxMessage.objects.using(using).filter(pk=row.pk).update(
+        sent_at=Now(), attempts=F("attempts") + 1, last_error=""
+    )
+    signals.send(
+        signals.outbox_published,
+        sender=how,
+        task=row.task,
+        attempts=row.attempts + 1,
+        key_digest=signals.key_digest("", row.key),
+    )
+    return True
+
+
+def _mark_failed(row: OutboxMessage, using: str, exc: Exception) -> None:
+    logger.warning("outbox: publishing %s failed: %r", row.task, exc)
+    delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(row.failures, 16))
+    OutboxMessage.objects.using(using).filter(pk=row.pk).update(
+        attempts=F("attempts") + 1,
+        failures=F("failures") + 1,
+        last_error=repr(exc)[:2000],
+        next_attempt_at=ExpressionWrapper(Now() + delay, output_field=DateTimeField()),
+    )
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """What an operator watches: a growing ``pending`` or ``oldest_pending_seconds`` means
+    the broker or the relay is down; ``failing`` counts pending rows whose last publish failed."""
+
+    pending: int
+    oldest_pending_seconds: float
+    failing: int
+    failures: int
+
+
+def stats(using: str | None = None) -> OutboxStats:
+    """Pending rows, the oldest one's age (database clock), rows failing, failed publishes."""
+    alias = using or conf.DATABASE
+    pending = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
+    found = pending.aggregate(
+        pending=Count("pk"),
+        oldest=Min("created_at"),
+        failing=Count("pk", filter=Q(failures__gt=0)),
+        failures=Sum("failures"),
+    )
+    oldest = 0.0
+    if found["oldest"] is not None:
+        oldest = max(0.0, (_db_now(alias) - found["oldest"]).total_seconds())
+    return OutboxStats(found["pending"], oldest, found["failing"], found["failures"] or 0)
+
+
+def _db_now(alias: str) -> datetime:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT CURRENT_TIMESTAMP")
+        value = cursor.fetchone()[0]
+    return _aware(value)
+
+
+def _aware(value: datetime | str) -> datetime:
+    if isinstance(value, str):  # SQLite answers text
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def purge_sent(using: str | None = None, older_than: float | timedelta | None = None) -> int:
+    """Delete rows sent longer than ``older_than`` ago (default ``IDEMPOTENCY_TTL``)."""
+    alias = using or conf.DATABASE
+    age = conf.TTL if older_than is None else older_than
+    if not isinstance(age, timedelta):
+        age = timedelta(seconds=age)
+    cutoff = ExpressionWrapper(Now() - age, output_field=DateTimeField())
+    deleted, _ = OutboxMessage.objects.using(alias).filter(sent_at__lt=cutoff).delete()
+    return deleted

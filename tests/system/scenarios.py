@@ -1,0 +1,115 @@
+"""The crash scenarios as the "lock" protocol must pass them (``bench.chaos`` has "lease"'s).
+
+Under "lock" the claim is the first statement of the view's transaction: while
+a request runs, no entry is visible; a crash is a plain rollback, so there is no
+abandoned claim, nothing for the retry to wait for and nothing for purge.
+Each scenario returns what broke, as ``bench.chaos``'s do (empty: the promise held).
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench import chaos
+from bench.chaos import Answer, Gunicorn, Outcome, ScratchDatabase, Verdict, expect
+
+
+def in_flight_entry(database: ScratchDatabase, key: str, protocol: str) -> list[str]:
+    """What a running request's claim looks like from outside, per protocol."""
+    entry = database.entries([key]).get(key)
+    if protocol == "lock":
+        return expect(entry is None, f"{key}: a lock claim visible before its commit: {entry}")
+    return expect(
+        entry is not None and entry[0] == "in_progress", f"{key}: lease claim in flight: {entry}"
+    )
+
+
+def gone(database: ScratchDatabase, pid: int, within: float = 10) -> bool:
+    """Whether backend ``pid`` ended (PostgreSQL noticed its client died) within ``within``."""
+    deadline = time.monotonic() + within
+    query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+    while database.rows(query, (pid,)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def kill_mid_work(server: Gunicorn, database: ScratchDatabase, key: str) -> Outcome:
+    """SIGKILL between the charge's INSERT and COMMIT: nothing left; the retry runs at once."""
+    flight = chaos.start_slow(server.port, database, key)
+    assert flight.backend is not None
+    problems = in_flight_entry(database, key, "lock")
+    killed = server.kill_worker(flight.backend.worker)
+    answer = flight.answer()
+    problems += expect(killed, f"{key}: worker {flight.backend.worker} is not one of ours")
+    problems += expect(answer.status == 0, f"{key}: the killed worker answered {answer.status}")
+    problems += expect(gone(database, flight.backend.pid), f"{key}: its backend lives on")
+    problems += nothing_left(database, key)
+    started = time.monotonic()
+    answers = [chaos.charge(server.port, key, flight.path)]
+    took = time.monotonic() - started
+    first = answers[0]
+    problems += expect(
+        first.status == 201 and not first.replayed,
+        f"{key}: the first retry got {first.status} (replayed: {first.replayed}), not a run",
+    )
+    problems += expect(took < server.lease, f"{key}: the retry took {took:.1f}s")
+    answers.append(chaos.charge(server.port, key, flight.path))
+    problems += chaos.executed_once(database, key, answers)
+    return Outcome("kill", key, 1 + len(answers), problems)
+
+
+def purge_after_kill(server: Gunicorn, database: ScratchDatabase, key: str) -> Outcome:
+    """A killed worker, nobody retrying: nothing for purge to reclaim; the key runs as new."""
+    flight = chaos.start_slow(server.port, database, key)
+    assert flight.backend is not None
+    server.kill_worker(flight.backend.worker)
+    flight.answer()
+    problems = expect(gone(database, flight.backend.pid), f"{key}: its backend lives on")
+    problems += nothing_left(database, key)
+    report = chaos.manage(database.url, "purge_idempotency")
+    answers = [chaos.charge(server.port, key, flight.path) for _ in range(2)]
+    problems += expect(answers[0].status == 201 and not answers[0].replayed, f"{key}: not new")
+    problems += expect(bool(report), "purge printed nothing")
+    problems += chaos.executed_once(database, key, answers)
+    return Outcome("purge", key, 3, problems)
+
+
+def outlive_lease(
+    server: Gunicorn, database: ScratchDatabase, key: str, work: float = 12
+) -> Outcome:
+    """A live request past its 2 s lease: no row to see, duplicates 409, purge finds nothing."""
+    flight = chaos.start_slow(server.port, database, key, chaos.SHORT_LEASE_CHARGES, work)
+    time.sleep(2.5)  # the view's lease (2 s) has passed; under "lock" it has no row to end
+    duplicate = chaos.charge(server.port, key, flight.path)
+    report = chaos.manage(database.url, "purge_idempotency")
+    running = flight.thread is not None and flight.thread.is_alive()
+    problems = []
+    if running:
+        problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
+        problems += in_flight_entry(database, key, "lock")
+    answers: list[Answer] = [flight.answer(), duplicate]
+    answers.append(chaos.charge(server.port, key, flight.path))
+    problems += expect(answers[0].status == 201, f"{key}: the slow request got {answers[0].status}")
+    problems += expect(bool(report), "purge printed nothing")
+    problems += chaos.executed_once(database, key, answers)
+    return Outcome("outlive", key, len(answers), problems)
+
+
+def nothing_left(database: ScratchDatabase, key: str) -> list[str]:
+    """What a dead worker must leave under "lock": no entry, no charge."""
+    problems = expect(database.charges([key])[key] == [], f"{key}: the dead worker's charge")
+    entry = database.entries([key]).get(key)
+    return problems + expect(entry is None, f"{key}: a claim survived the kill: {entry}")
+
+
+def summary(verdict: Verdict) -> str:
+    return (
+        f"{verdict.requests} requests, {verdict.keys} keys: {verdict.originals} originals, "
+        f"{verdict.replays} replays, {verdict.conflicts} 409s, {verdict.server_errors} 5xx, "
+        f"{verdict.dropped} dropped, {verdict.duplicates_committed} duplicates"
+    )
+
+
+__all__ = ["in_flight_entry", "kill_mid_work", "outlive_lease", "purge_after_kill", "summary"]

@@ -1,0 +1,182 @@
+"""``idempotent_task`` in-process: options, replay, keys, and what a duplicate in flight does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from celery import Celery, Task
+
+from idempotency_django.celery import idempotent_task
+from idempotency_django.exceptions import RequestInProgress
+from tests.helpers import charges
+from tests.testapp.models import Charge
+
+app = Celery("idempotency_django_unit", set_as_current=False)
+app.conf.task_always_eager = False
+runs: list[str] = []
+
+
+@app.task(bind=True, name="unit.bound")
+@idempotent_task
+def bound(self: Task[Any, Any], reference: str, amount: int = 1) -> dict[str, Any]:
+    runs.append(reference)
+    charge = Charge.objects.create(reference=reference, amount=amount)
+    return {"id": charge.pk, "task_id": self.request.id}
+
+
+@app.task(name="unit.by_reference")
+@idempotent_task(key=lambda reference: f"order-{reference}", ttl=60)
+def by_reference(reference: str) -> str:
+    runs.append(reference)
+    Charge.objects.create(reference=reference, amount=1)
+    return reference
+
+
+@pytest.fixture(autouse=True)
+def _fresh_runs() -> Iterator[None]:
+    runs.clear()
+    yield
+    runs.clear()
+
+
+def test_misplaced_or_wrong_options_fail_when_decorating() -> None:
+    def misplaced() -> None: ...
+
+    with pytest.raises(TypeError, match="between the task decorator and the function"):
+        idempotent_task(app.task(name="unit.misplaced")(misplaced))
+    with pytest.raises(ValueError, match="on_in_progress"):
+        idempotent_task(on_in_progress="wait")  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="callable"):
+        idempotent_task(key="order-1")  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="countdown"):
+        idempotent_task(countdown=-1)
+
+
+def test_outside_a_task_it_refuses_to_guess() -> None:
+    @idempotent_task
+    def plain(reference: str) -> str:
+        return reference
+
+    with pytest.raises(RuntimeError, match="must run as a Celery task"):
+        plain("r1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_duplicate_returns_the_stored_result_without_running() -> None:
+    first = bound.apply(args=("r1",), task_id="t-1")
+    again = bound.apply(args=("r1",), task_id="t-1")
+    assert first.get() == again.get() == {"id": first.get()["id"], "task_id": "t-1"}
+    assert runs == ["r1"]
+    assert charges("r1") == 1
+    other = bound.apply(args=("r1",), task_id="t-2")  # a re-publish: a new id, a new run
+    assert other.get()["task_id"] == "t-2"
+    assert charges("r1") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_business_key_deduplicates_across_task_ids() -> None:
+    assert by_reference.apply(args=("r2",), task_id="a").get() == "r2"
+    assert by_reference.apply(args=("r2",), task_id="b").get() == "r2"
+    assert runs == ["r2"]
+    assert charges("r2") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_direct_call_is_not_a_delivery_and_runs_every_time() -> None:
+    bound("r3")
+    bound("r3")
+    assert runs == ["r3", "r3"]
+
+
+class FakeCall:
+    """Records what the adapter asks of ``idempotent_call``; raises ``in_progress`` if set."""
+
+    def __init__(self, in_progress: RequestInProgress | None = None) -> None:
+        self.in_progress = in_progress
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    @contextmanager
+    def __call__(self, key: str, **kwargs: Any) -> Iterator[Any]:
+        self.asked.append((key, kwargs))
+        if self.in_progress:
+            raise self.in_progress
+
+        class Call:
+            replayed = False
+            result: Any = None
+
+        yield Call()
+
+
+@pytest.fixture
+def fake_call(monkeypatch: pytest.MonkeyPatch) -> FakeCall:
+    fake = FakeCall()
+    monkeypatch.setattr("idempotency_django.calls.idempotent_call", fake)
+    return fake
+
+
+def _task(**options: Any) -> Any:
+    @app.task(name=f"unit.flight.{len(app.tasks)}", max_retries=3)
+    @idempotent_task(**options)
+    def flight(reference: str, *, amount: int = 0) -> str:
+        runs.append(reference)
+        return reference
+
+    return flight
+
+
+def test_the_call_gets_scope_tenant_arguments_and_options(fake_call: FakeCall) -> None:
+    task = _task(tenant=lambda reference, amount: f"acct-{amount}", ttl=30, database="default")
+    assert task.apply(args=("r4",), kwargs={"amount": 5}, task_id="t-4").get() == "r4"
+    key, asked = fake_call.asked[0]
+    assert key == "t-4"
+    assert asked["scope"] == task.name
+    assert asked["tenant"] == "acct-5"
+    assert asked["arguments"] == {"args": ["r4"], "kwargs": {"amount": 5}}
+    assert (asked["ttl"], asked["database"], asked["protocol"], asked["wait"]) == (
+        30,
+        "default",
+        None,
+        None,
+    )
+
+
+def test_in_flight_retries_after_the_holders_retry_after(
+    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_call.in_progress = RequestInProgress(retry_after=7)
+    task = _task()
+    asked: list[dict[str, Any]] = []
+
+    def retry(**kwargs: Any) -> Exception:
+        asked.append(kwargs)
+        return RuntimeError("retried")
+
+    monkeypatch.setattr(task, "retry", retry)
+    result = task.apply(args=("r5",), task_id="t-5")
+    assert result.state == "FAILURE"
+    assert asked[0]["countdown"] == 7
+    assert asked[0]["exc"] is fake_call.in_progress
+    task_with_countdown = _task(countdown=2)
+    monkeypatch.setattr(task_with_countdown, "retry", retry)
+    task_with_countdown.apply(args=("r5",), task_id="t-5")
+    assert asked[1]["countdown"] == 2
+    assert runs == []
+
+
+def test_in_flight_drop_ignores_the_delivery(fake_call: FakeCall) -> None:
+    fake_call.in_progress = RequestInProgress()
+    result = _task(on_in_progress="drop").apply(args=("r6",), task_id="t-6")
+    assert result.state == "IGNORED"
+    assert runs == []
+
+
+def test_in_flight_raise_fails_the_delivery(fake_call: FakeCall) -> None:
+    fake_call.in_progress = RequestInProgress()
+    result = _task(on_in_progress="raise").apply(args=("r7",), task_id="t-7")
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, RequestInProgress)
+    assert runs == []
