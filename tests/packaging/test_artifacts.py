@@ -35,16 +35,23 @@ def test_twine_check_passes_on_both(dist: Dist) -> None:
     run([sys.executable, "-m", "twine", "check", "--strict", str(dist.sdist), str(dist.wheel)])
 
 
-def test_wheel_holds_the_package_its_licence_and_no_tests(dist: Dist) -> None:
+def package_files() -> set[str]:
+    """Every file of the package in this tree: modules, migrations, templates, static files."""
+    tree = ROOT / "idempotency_django"
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in tree.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def test_wheel_holds_the_whole_package_its_licence_and_no_tests(dist: Dist) -> None:
     names = wheel_names(dist)
     dist_info = f"idempotency_django-{PYPROJECT['project']['version']}.dist-info"
     assert f"{dist_info}/licenses/LICENSE" in names
-    for name in (
-        "py.typed",
-        "migrations/0001_initial.py",
-        "management/commands/purge_idempotency.py",
-    ):
-        assert f"idempotency_django/{name}" in names
+    assert "idempotency_django/py.typed" in names
+    missing = package_files() - names
+    assert not missing, f"not in the wheel (package-data?): {sorted(missing)}"
     assert {name.partition("/")[0] for name in names} == {"idempotency_django", dist_info}
 
 
