@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TREES = ("tests", "sample_project", "bench")
-FILES = ("manage.py", "pyproject.toml")
-IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.sqlite3", "results")
+# What the tests read besides the package: the docs build and its includes, the sample.
+TREES = ("tests", "sample_project", "bench", "docs")
+FILES = ("manage.py", "pyproject.toml", "README.rst", "CHANGELOG.rst")
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.sqlite3", "results", "_build")
 
 
 def copy_suite(dest: Path) -> None:
