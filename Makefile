@@ -6,7 +6,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/idempotency
 PORT ?= 8000
 export PG_URL
 
-.PHONY: install run test test-sqlite test-postgres lint dist first-contact bench stress tox tox-corners clean
+.PHONY: install run test test-sqlite test-postgres lint docs dist first-contact bench stress tox tox-corners clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group dev && touch $@
@@ -39,6 +39,9 @@ test-postgres: install
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy idempotency_django tests sample_project bench
+
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs build/docs
 
 # The wheel and the sdist, checked as PyPI would (twine check --strict).
 dist: install

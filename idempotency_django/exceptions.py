@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-PROBLEM_BASE = "https://idempotency-django.readthedocs.io/en/latest/problems/"
+# Each problem's ``type`` is an anchor of the HTTP page of the docs (tests/test_docs.py checks it).
+PROBLEM_BASE = "https://idempotency-django.readthedocs.io/en/latest/http.html#"
 
 
 class IdempotencyError(Exception):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from idempotency_django.exceptions import (
+    PROBLEM_BASE,
     IdempotencyError,
     KeyMalformed,
     KeyMissing,
@@ -147,7 +148,7 @@ def assert_problem(response: Any, status: int, code: str | None = None) -> dict[
     _expect(problem["status"] == status, f"the problem's status is {problem['status']!r}")
     if code is not None:
         _expect(
-            str(problem["type"]).endswith("/" + code), f"expected a {code!r} problem: {problem!r}"
+            str(problem["type"]) == PROBLEM_BASE + code, f"expected a {code!r} problem: {problem!r}"
         )
     return dict(problem)
 

@@ -569,7 +569,7 @@ def answers(client: Client) -> list[tuple[int, str | None, bool]]:
 
 def _marker(response: HttpResponse) -> str | None:
     if response.get("Content-Type") == "application/problem+json":
-        return str(json.loads(response.content)["type"]).rsplit("/", 1)[-1]
+        return str(json.loads(response.content)["type"]).rsplit("#", 1)[-1]
     return response.get("Idempotent-Replayed")
 
 

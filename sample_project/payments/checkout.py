@@ -23,7 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idempotency_django import idempotent
+from idempotency_django import IdempotentRequest, idempotent
 from sample_project.payments.models import Charge
 
 MAX_DELAY = 5.0  # seconds: the slowest the demo lets a payment be
@@ -35,7 +35,7 @@ UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9
 
 # How many executions per key have been failed on purpose. Per process: the demo runs
 # under runserver; the failed executions rolled back, so this can't live in the database.
-_faults: dict[tuple[str, str], int] = {}
+_faults: dict[tuple[str, str | None], int] = {}
 _faults_lock = threading.Lock()
 
 
@@ -60,7 +60,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @idempotent
-def pay(request: HttpRequest) -> HttpResponse:
+def pay(request: IdempotentRequest) -> HttpResponse:
     """Charge an order: ``{"order": "...", "amount": 1999, "delay": 0, "fail": 0}``."""
     try:
         data = _payment(json.loads(request.body))
@@ -93,7 +93,7 @@ def _form_key(request: HttpRequest) -> str | None:
 # (the browser shows only the last submission's answer: a 409 there would hide the receipt).
 @require_http_methods(["GET", "POST"])
 @idempotent(key=_form_key, wait=FORM_WAIT)
-def pay_form(request: HttpRequest) -> HttpResponse:
+def pay_form(request: IdempotentRequest) -> HttpResponse:
     """The no-JavaScript recipe: GET renders a fresh key, POST charges and redirects."""
     if request.method == "GET":
         context = {"order": new_order(), "idempotency_key": uuid7()}
@@ -145,11 +145,11 @@ def _payment(data: Any) -> dict[str, Any]:
     }
 
 
-def _injected_fault(request: HttpRequest, data: dict[str, Any]) -> HttpResponse | None:
+def _injected_fault(request: IdempotentRequest, data: dict[str, Any]) -> HttpResponse | None:
     """The first ``fail`` executions for this key answer ``fail_status``: a transient error."""
     if not data["fail"]:
         return None
-    context = request.idempotency  # type: ignore[attr-defined]
+    context = request.idempotency
     with _faults_lock:
         failed = _faults.get((context.tenant, context.key), 0)
         if failed >= data["fail"]:
@@ -162,13 +162,13 @@ def _injected_fault(request: HttpRequest, data: dict[str, Any]) -> HttpResponse 
     return response
 
 
-def _charge(request: HttpRequest, order: str, amount: int) -> Charge:
+def _charge(request: IdempotentRequest, order: str, amount: int) -> Charge:
     return Charge.objects.create(
         user=request.user if request.user.is_authenticated else None,
         amount=amount,
         description=_description(order),
         # What we'd send the payment provider as its own Idempotency-Key.
-        provider_key=request.idempotency.derive("provider"),  # type: ignore[attr-defined]
+        provider_key=request.idempotency.derive("provider"),
     )
 
 

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from idempotency_django import idempotent
+from idempotency_django import IdempotentRequest, idempotent
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import enqueue
 from sample_project.payments.models import Charge
@@ -27,7 +27,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @require_POST
 @idempotent
-def create_charge(request: HttpRequest) -> HttpResponse:
+def create_charge(request: IdempotentRequest) -> HttpResponse:
     """Take a payment: ``{"amount": 1000, "currency": "eur", "description": "..."}``."""
     try:
         data = json.loads(request.body)
@@ -42,7 +42,7 @@ def create_charge(request: HttpRequest) -> HttpResponse:
         amount=amount,
         currency=str(data.get("currency", "eur"))[:3],
         description=str(data.get("description", ""))[:200],
-        provider_key=request.idempotency.derive("provider"),  # type: ignore[attr-defined]
+        provider_key=request.idempotency.derive("provider"),
     )
     # Published after commit, at least once, under request.idempotency.derive(task name).
     enqueue(send_receipt, charge.pk)
