@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.inprocess import BODY
+from bench.holding import Holder
+from bench.inprocess import BODY, PROTOCOLS
 from bench.measure import Sample, Series, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ class Server:
     def start(self) -> None:
         command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
         command += ["--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}"]
-        command += ["--backlog", "256", "--log-level", "warning"]
+        command += ["--backlog", "256", "--log-level", "warning", "--timeout", "300"]
         self.process = subprocess.Popen(command, cwd=ROOT, env=self.env)
         deadline = time.monotonic() + 60
         while not self._answers():
@@ -70,10 +71,12 @@ class Server:
                 self.process.wait(10)
         self.process = None
 
-    def request(self, method: str, path: str, key: str | None) -> Answer:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+    def request(
+        self, method: str, path: str, key: str | None, release: str = "/nonexistent"
+    ) -> Answer:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
         try:
-            headers = {"Content-Type": "application/json"}
+            headers = {"Content-Type": "application/json", "X-Bench-Release": release}
             if key is not None:
                 headers["Idempotency-Key"] = key
             conn.request(method, path, body=BODY if method == "POST" else None, headers=headers)
@@ -105,43 +108,61 @@ def served(workers: int, env: dict[str, str]) -> Iterator[Server]:
 
 
 class Sequential:
-    """One request at a time: latency, protected against unprotected."""
+    """One request at a time: latency of each path, next to the unprotected reference."""
 
     def __init__(self, server: Server, with_redis: bool) -> None:
         self.server = server
-        self.completed = self._first("/protected/")
-        self.cached = self._first("/cached/") if with_redis else ""
+        self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
+        paths = ("/cached/", "/cached-before/") if with_redis else ()
+        self.cached = {path: self._first(path) for path in paths}
+        self.holders = {
+            protocol: Holder(f"/held/{protocol}/", self._held) for protocol in PROTOCOLS
+        }
 
     def _first(self, path: str) -> str:
         key = str(uuid.uuid4())
-        _check(self.server.post(path, key), replayed=False)
+        _check(self.server.post(path, key), 201, replayed=False)
         return key
 
-    def _timed(self, path: str, key: str, replayed: bool) -> float:
+    def _held(self, path: str, key: str, release: str) -> int:
+        return self.server.request("POST", path, key, release).status
+
+    def _timed(self, path: str, key: str, status: int = 201, replayed: bool = False) -> float:
         started = time.perf_counter()
         answer = self.server.post(path, key)
         elapsed = time.perf_counter() - started
-        _check(answer, replayed)
+        _check(answer, status, replayed)
         return elapsed
 
-    def unprotected(self) -> float:
-        return self._timed("/unprotected/", str(uuid.uuid4()), replayed=False)
+    def first(self, path: str) -> Sample:
+        return lambda: self._timed(path, str(uuid.uuid4()))
 
-    def protected(self) -> float:
-        key = str(uuid.uuid4())
-        elapsed = self._timed("/protected/", key, replayed=False)
-        self.completed = key
-        return elapsed
+    def protected(self, protocol: str) -> Sample:
+        def sample() -> float:
+            key = str(uuid.uuid4())
+            elapsed = self._timed(f"/{protocol}/", key)
+            self.completed[protocol] = key
+            return elapsed
 
-    def replay_pg(self) -> float:
-        return self._timed("/protected/", self.completed, replayed=True)
+        return sample
 
-    def replay_redis(self) -> float:
-        return self._timed("/cached/", self.cached, replayed=True)
+    def replay_pg(self, protocol: str) -> Sample:
+        return lambda: self._timed(f"/{protocol}/", self.completed[protocol], replayed=True)
+
+    def replay_redis(self, path: str) -> Sample:
+        return lambda: self._timed(path, self.cached[path], replayed=True)
+
+    def conflict(self, protocol: str) -> Sample:
+        holder = self.holders[protocol]
+        return lambda: self._timed(f"/held/{protocol}/", holder.key(), status=409)
+
+    def close(self) -> None:
+        for holder in self.holders.values():
+            holder.stop()
 
 
-def _check(answer: Answer, replayed: bool) -> None:
-    if answer.status != 201 or answer.replayed != replayed:
+def _check(answer: Answer, status: int, replayed: bool) -> None:
+    if answer.status != status or answer.replayed != replayed:
         raise RuntimeError(f"unexpected answer over HTTP: {answer}")
 
 
@@ -151,14 +172,21 @@ def sequential(
     """The HTTP cases, interleaved with ``others`` (the floor) so that ratios share rounds."""
     cases = Sequential(server, with_redis)
     samples: dict[str, Sample] = {
-        "http_unprotected": cases.unprotected,
-        "http_protected": cases.protected,
-        "http_replay_pg": cases.replay_pg,
+        "http_unprotected": cases.first("/unprotected/"),
+        **{f"http_{p}": cases.protected(p) for p in PROTOCOLS},
+        **{f"http_replay_pg_{p}": cases.replay_pg(p) for p in PROTOCOLS},
+        **{f"http_conflict_{p}": cases.conflict(p) for p in PROTOCOLS},
         **others,
     }
     if with_redis:
-        samples["http_replay_redis"] = cases.replay_redis
-    return sweep(samples, rounds, per_round, warmup=10)
+        samples["http_lock_cached"] = cases.first("/cached/")
+        samples["http_lock_cached_before"] = cases.first("/cached-before/")
+        samples["http_replay_redis"] = cases.replay_redis("/cached/")
+        samples["http_replay_redis_before"] = cases.replay_redis("/cached-before/")
+    try:
+        return sweep(samples, rounds, per_round, warmup=10)
+    finally:
+        cases.close()
 
 
 def storm(server: Server, path: str, keys: list[str]) -> tuple[float, list[Answer]]:
@@ -218,12 +246,13 @@ def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
     """64 concurrent requests: one new key, 64 distinct unprotected, retries of a done key."""
     from tests.testapp.models import Charge
 
-    done = _completed(server, "/protected/")
+    done = _completed(server, "/lock/")
     cached = _completed(server, "/cached/") if with_redis else ""
     kinds: dict[str, tuple[str, Callable[[], list[str]]]] = {
-        "storm_first": ("/protected/", lambda: [str(uuid.uuid4())] * STORM),
+        "storm_lock": ("/lock/", lambda: [str(uuid.uuid4())] * STORM),
+        "storm_lease": ("/lease/", lambda: [str(uuid.uuid4())] * STORM),
         "storm_unprotected": ("/unprotected/", lambda: [str(uuid.uuid4()) for _ in range(STORM)]),
-        "storm_retry_pg": ("/protected/", lambda: [done] * STORM),
+        "storm_retry_pg": ("/lock/", lambda: [done] * STORM),
     }
     if with_redis:
         kinds["storm_retry_redis"] = ("/cached/", lambda: [cached] * STORM)
@@ -236,12 +265,12 @@ def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
             for status, count in statuses(answers).items():
                 result.answers.setdefault(kind, {}).setdefault(status, 0)
                 result.answers[kind][status] += count
-            if kind == "storm_first":
+            if kind in ("storm_lock", "storm_lease"):
                 result.executions.append(Charge.objects.filter(reference=keys[0]).count())
     return result
 
 
 def _completed(server: Server, path: str) -> str:
     key = str(uuid.uuid4())
-    _check(server.post(path, key), replayed=False)
+    _check(server.post(path, key), 201, replayed=False)
     return key

@@ -1,19 +1,19 @@
-"""First executions and replays through Django's test client, next to the floor.
+"""Both protocols through Django's test client, interleaved with the floor.
 
-Besides whole requests, it replays the exact SQL text a protected and an
-unprotected request sent (captured, then re-keyed) through psycopg alone: the
-difference between the two is what the protocol's statements cost the
-database and the driver, and the rest of the added latency is Python.
+Besides whole requests, it replays the exact SQL text an unprotected and each
+protected first execution sent (captured, then re-keyed) through psycopg alone:
+the difference is what the protocol's statements cost the database and the
+driver, and the rest of the added latency is Python.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import psycopg
 from django.core.cache import caches
@@ -24,12 +24,15 @@ from django.test.utils import CaptureQueriesContext
 from django_redis.exceptions import ConnectionInterrupted
 from redis.exceptions import RedisError
 
+from bench import micro, outbox, receivers
 from bench.floor import floor_samples
+from bench.holding import Holder
 from bench.measure import Sample, Series, sweep, timed
+from bench.settings import OUTBOX
 
 BODY = json.dumps({"amount": 100})
 TRANSACTION_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
-_RELAXED = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+PROTOCOLS = ("lock", "lease")
 
 
 def redis_available() -> bool:
@@ -41,56 +44,96 @@ def redis_available() -> bool:
 
 
 class Requests:
-    """Requests to the bench views through the test client, each checked for its path."""
+    """Requests to the bench views through the test client, each checked for its answer."""
 
     def __init__(self) -> None:
         self.client = Client()
-        self.completed = self._first("/protected/")
-        self.cached = [self._first("/cached/") for _ in range(20)]
+        self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
+        self.holders = {protocol: _holder(f"/held/{protocol}/") for protocol in PROTOCOLS}
+        self.cached: dict[str, list[str]] = {}
+        self.receivers = receivers.available()
 
-    def post(self, path: str, key: str) -> HttpResponseBase:
+    def post(self, path: str, key: str, **headers: str) -> HttpResponseBase:
         return self.client.post(
-            path, BODY, content_type="application/json", headers={"Idempotency-Key": key}
+            path, BODY, content_type="application/json", headers={"Idempotency-Key": key, **headers}
         )
 
     def _first(self, path: str) -> str:
         key = str(uuid.uuid4())
-        _expect(self.post(path, key), replayed=False)
+        _expect(self.post(path, key), 201, replayed=False)
         return key
 
-    def unprotected(self) -> float:
-        return timed(lambda: _expect(self.post("/unprotected/", str(uuid.uuid4())), False))
+    def first(self, path: str) -> Sample:
+        return lambda: timed(lambda: _expect(self.post(path, str(uuid.uuid4())), 201, False))
 
-    def protected(self) -> float:
-        key = str(uuid.uuid4())
-        elapsed = timed(lambda: _expect(self.post("/protected/", key), replayed=False))
-        self.completed = key
-        return elapsed
+    def protected(self, protocol: str) -> Sample:
+        def sample() -> float:
+            key = str(uuid.uuid4())
+            elapsed = timed(lambda: _expect(self.post(f"/{protocol}/", key), 201, False))
+            self.completed[protocol] = key
+            return elapsed
 
-    def replay_pg(self) -> float:
-        return timed(lambda: _expect(self.post("/protected/", self.completed), replayed=True))
+        return sample
 
-    def unprotected_prepared(self) -> float:
-        path = "/prepared/unprotected/"
-        return timed(lambda: _expect(self.post(path, str(uuid.uuid4())), replayed=False))
+    def replay_pg(self, protocol: str) -> Sample:
+        path = f"/{protocol}/"
+        return lambda: timed(lambda: _expect(self.post(path, self.completed[protocol]), 201, True))
 
-    def protected_prepared(self) -> float:
-        path = "/prepared/protected/"
-        return timed(lambda: _expect(self.post(path, str(uuid.uuid4())), replayed=False))
+    def conflict(self, protocol: str) -> Sample:
+        holder, path = self.holders[protocol], f"/held/{protocol}/"
 
-    def replay_redis(self) -> float:
-        self.cached.append(key := self.cached.pop(0))
-        return timed(lambda: _expect(self.post("/cached/", key), replayed=True))
+        def sample() -> float:
+            key = holder.key()
+            return timed(lambda: _expect(self.post(path, key, **_RELEASE), 409, False))
+
+        return sample
+
+    def replay_redis(self, path: str) -> Sample:
+        keys = self.cached[path] = [self._first(path) for _ in range(20)]
+
+        def sample() -> float:
+            keys.append(key := keys.pop(0))
+            return timed(lambda: _expect(self.post(path, key), 201, replayed=True))
+
+        return sample
+
+    def observed(self) -> float:
+        self.receivers.connect()
+        try:
+            with self.receivers.around():
+                return self.protected("lock")()
+        finally:
+            self.receivers.disconnect()
+
+    def close(self) -> None:
+        for holder in self.holders.values():
+            holder.stop()
 
 
-def _expect(response: HttpResponseBase, replayed: bool) -> None:
-    if response.status_code != 201 or (response.has_header("Idempotent-Replayed") != replayed):
+_RELEASE = {"X-Bench-Release": "/nonexistent"}  # a 409 never reaches the view
+
+
+def _holder(path: str) -> Holder:
+    def post(path: str, key: str, release: str) -> int:
+        response = Client().post(
+            path,
+            BODY,
+            content_type="application/json",
+            headers={"Idempotency-Key": key, "X-Bench-Release": release},
+        )
+        return response.status_code
+
+    return Holder(path, post, after=connections.close_all)
+
+
+def _expect(response: HttpResponseBase, status: int, replayed: bool) -> None:
+    if response.status_code != status or response.has_header("Idempotent-Replayed") != replayed:
         raise RuntimeError(f"unexpected answer {response.status_code} from the test client")
 
 
-def statements(work: Callable[[], object]) -> list[str]:
-    """The SQL text ``work`` sent on the default connection, transaction control included."""
-    with CaptureQueriesContext(connections["default"]) as captured:
+def statements(work: Callable[[], object], alias: str = "default") -> list[str]:
+    """The SQL text ``work`` sent on ``alias``, transaction control included."""
+    with CaptureQueriesContext(connections[alias]) as captured:
         work()
     return [query["sql"] for query in captured.captured_queries]
 
@@ -118,68 +161,135 @@ class SqlReplay:
         return timed(work)
 
 
-@dataclass(frozen=True)
-class FirstExecution:
-    """The SQL text one protected and one unprotected first execution sent, with their key."""
+class OwnStatements(SqlReplay):
+    """The same replay, timing only the protocol's own statements (not the view's, not BEGIN/COMMIT).
 
-    key: str
-    protected: list[str]
-    unprotected: list[str]
+    What the floor times, for the statements the protocol really sends; with
+    ``only``, just the statement(s) containing that text.
+    """
 
-    @classmethod
-    def capture(cls, requests: Requests) -> FirstExecution:
-        key = str(uuid.uuid4())
-        protected = statements(lambda: requests.post("/protected/", key))
-        unprotected = statements(lambda: requests.post("/unprotected/", key))
-        return cls(key, protected, unprotected)
+    def __init__(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        key: str,
+        sent: list[str],
+        only: str | None = None,
+    ):
+        super().__init__(conn, key, sent)
+        self.only = only
 
-    def counts(self) -> dict[str, int]:
-        return {
-            "first_protected": count_sql(self.protected),
-            "first_protected_round_trips": len(self.protected),
-            "first_unprotected": count_sql(self.unprotected),
-        }
+    def __call__(self) -> float:
+        fresh = str(uuid.uuid4())
+        spent = 0.0
+        for sql in self.sent:
+            if self.only is None:
+                own = sql.strip().upper() not in TRANSACTION_CONTROL and BUSINESS_TABLE not in sql
+            else:
+                own = self.only in sql
+            started = time.perf_counter()
+            self.cursor.execute(sql.replace(self.key, fresh))
+            spent += time.perf_counter() - started if own else 0.0
+        return spent
+
+
+BUSINESS_TABLE = '"testapp_charge"'
+CLAIM = "pg_try_advisory_xact_lock"
+RECORD = 'SET "status"'
+
+
+def capture_first(requests: Requests, path: str) -> tuple[str, list[str]]:
+    key = str(uuid.uuid4())
+    return key, statements(lambda: requests.post(path, key))
 
 
 @contextmanager
-def sql_samples(url: str, first: FirstExecution) -> Iterator[dict[str, Sample]]:
-    """Samplers replaying the protected and unprotected paths' SQL text through psycopg.
-
-    Captured on the default alias, which binds client-side (Django's default):
-    the text carries its parameters.
-    """
-    claim = first.protected[0]
-    if _RELAXED not in claim:
-        raise RuntimeError("the claim statement no longer relaxes its commit: update the bench")
+def sql_samples(url: str, requests: Requests) -> Iterator[dict[str, Sample]]:
+    """Samplers replaying each first execution's SQL text through psycopg (client-side bound)."""
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
-        yield {
-            "sql_protected": SqlReplay(conn, first.key, first.protected),
-            "sql_unprotected": SqlReplay(conn, first.key, first.unprotected),
-            "claim_relaxed": SqlReplay(conn, first.key, [claim]),
-            "claim_durable": SqlReplay(conn, first.key, [claim.replace(_RELAXED, "true")]),
-        }
+        samples: dict[str, Sample] = {}
+        for name, path in (
+            ("unprotected", "/unprotected/"),
+            ("lock", "/lock/"),
+            ("lease", "/lease/"),
+        ):
+            key, sent = capture_first(requests, path)
+            samples[f"sql_{name}"] = SqlReplay(conn, key, sent)
+            if name != "unprotected":
+                samples[f"own_sql_{name}"] = OwnStatements(conn, key, sent)
+            if name == "lock":
+                samples["own_claim_lock"] = OwnStatements(conn, key, sent, CLAIM)
+                samples["own_record_lock"] = OwnStatements(conn, key, sent, RECORD)
+            if name in ("lock", "unprotected"):
+                samples[f"commit_{name}"] = OwnStatements(conn, key, sent, "COMMIT")
+        yield samples
 
 
-def run(url: str, rounds: int, per_round: int) -> tuple[dict[str, Series], dict[str, int]]:
-    """The in-process sweep; also returns the SQL statements each path sent."""
+def counts(requests: Requests) -> dict[str, int]:
+    """Statements (round trips apart from BEGIN/COMMIT) per path, from Django's query capture."""
+    found: dict[str, int] = {}
+    for name, path in (("unprotected", "/unprotected/"), ("autocommit", "/autocommit/")):
+        sent = capture_first(requests, path)[1]
+        found[f"first_{name}"] = count_sql(sent)
+        found[f"first_{name}_round_trips"] = len(sent)
+    for protocol in PROTOCOLS:
+        sent = capture_first(requests, f"/{protocol}/")[1]
+        found[f"first_{protocol}"] = count_sql(sent)
+        found[f"first_{protocol}_round_trips"] = len(sent)
+        for path in ("replay_pg", "conflict"):
+            sent = statements(getattr(requests, path)(protocol))
+            found[f"{path}_{protocol}"] = count_sql(sent)
+            found[f"{path}_{protocol}_round_trips"] = len(sent)
+    found["first_lock_cached"] = count_sql(capture_first(requests, "/cached/")[1])
+    replay = requests.replay_redis("/cached/")
+    found["replay_redis"] = count_sql(statements(replay))
+    if OUTBOX:
+        found["first_enqueue"] = count_sql(capture_first(requests, "/enqueue/")[1])
+    return found
+
+
+def run(
+    url: str, rounds: int, per_round: int
+) -> tuple[dict[str, Series], dict[str, int], receivers.Receivers]:
+    """The in-process sweep; also the statements per path and what the receivers row measured."""
     requests = Requests()
-    with_redis = redis_available()
-    first = FirstExecution.capture(requests)
-    with contextlib.ExitStack() as stack:
-        cases: dict[str, Sample] = {
-            "unprotected": requests.unprotected,
-            "protected": requests.protected,
-            "replay_pg": requests.replay_pg,
-            "unprotected_prepared": requests.unprotected_prepared,
-            "protected_prepared": requests.protected_prepared,
-            **stack.enter_context(floor_samples(url)),
-            **stack.enter_context(sql_samples(url, first)),
-        }
-        if with_redis:
-            cases["replay_redis"] = requests.replay_redis
-        series = sweep(cases, rounds, per_round)
-    counts = first.counts()
-    counts["replay_pg"] = count_sql(statements(requests.replay_pg))
-    if with_redis:
-        counts["replay_redis"] = count_sql(statements(requests.replay_redis))
-    return series, counts
+    redis = redis_available()
+    try:
+        with contextlib.ExitStack() as stack:
+            cases: dict[str, Sample] = {
+                "unprotected": requests.first("/unprotected/"),
+                "autocommit": requests.first("/autocommit/"),
+                **{protocol: requests.protected(protocol) for protocol in PROTOCOLS},
+                **{f"replay_pg_{p}": requests.replay_pg(p) for p in PROTOCOLS},
+                **{f"conflict_{p}": requests.conflict(p) for p in PROTOCOLS},
+                "lock_observed": requests.observed,
+                **micro.signal_samples(requests.receivers),
+                "unprotected_prepared": requests.first("/prepared/unprotected/"),
+                "lock_prepared": requests.first("/prepared/lock/"),
+                **stack.enter_context(floor_samples(url)),
+                **stack.enter_context(sql_samples(url, requests)),
+            }
+            if OUTBOX:
+                stack.enter_context(outbox.broker())
+                cases["lock_enqueue"] = requests.first("/enqueue/")
+                cases["lock_enqueue_relayed"] = outbox.without_fast_path(
+                    requests.first("/enqueue/")
+                )
+            if redis:
+                cases.update(_cache_cases(requests))
+            series = sweep(cases, rounds, per_round)
+            found = counts(requests)
+    finally:
+        requests.close()
+    return series, found, requests.receivers
+
+
+def _cache_cases(requests: Requests) -> dict[str, Sample]:
+    return {
+        **micro.cache_samples("replay"),
+        "lock_cached": requests.first("/cached/"),
+        "lock_cached_before": requests.first("/cached-before/"),
+        "lock_cached_generic": requests.first("/cached-generic/"),
+        "replay_redis": requests.replay_redis("/cached/"),
+        "replay_redis_before": requests.replay_redis("/cached-before/"),
+        "replay_redis_generic": requests.replay_redis("/cached-generic/"),
+    }

@@ -1,62 +1,69 @@
-"""The cost of ``enqueue()`` inside a protected view: statements and added latency.
+"""A Celery app for the outbox's fast path while the benchmark runs: Redis, a private queue.
 
-The same protected view with and without one ``enqueue()``, interleaved, in
-process. The outbox's fast path publishes after the commit, inside the request,
-to a Redis broker (``BENCH_CELERY_URL``, default db 12) on a private queue that
-is deleted afterwards: its publish is part of the added latency.
+``enqueue()`` publishes after the commit, inside the request, through Celery's
+current app: the measured cost includes that publish. The broker is Redis
+(``BENCH_CELERY_URL``, default ``BENCH_REDIS_URL``'s db 12), never the shared
+RabbitMQ, and the queue is the run's own, deleted afterwards: no worker ever
+sees these messages.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from celery import Celery
+import redis
 
-from bench.inprocess import Requests, _expect, count_sql, statements
-from bench.measure import Series, per_round, sweep, timed
-from bench.report import Report, Row
+from bench.measure import Sample
 
-SECTION = "outbox: enqueue() inside a protected view (in-process, fast path publishing to Redis)"
-BROKER = os.environ.get("BENCH_CELERY_URL", "redis://127.0.0.1:6379/12")
-QUEUE = f"idem_bench_outbox_{uuid.uuid4().hex[:8]}"
+BROKER = os.environ.get(
+    "BENCH_CELERY_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+)
 
 
-def measure(report: Report, rounds: int, per_round_count: int) -> None:
-    """Add the outbox's figures to ``report``."""
+@contextmanager
+def broker() -> Iterator[None]:
+    """Celery's current app publishing to a private queue on Redis for the duration."""
+    from celery import Celery
+
+    queue = f"idem_bench_outbox_{uuid.uuid4().hex[:8]}"
     app = Celery("idem_bench", broker=BROKER, set_as_current=False)
-    app.conf.update(task_default_queue=QUEUE, broker_connection_timeout=2)
+    app.conf.update(
+        task_default_queue=queue, broker_connection_timeout=2, broker_connection_retry=False
+    )
     app.set_current()
-    requests = Requests()
     try:
-        series = sweep(
-            {
-                "protected": lambda: _post(requests, "/protected/"),
-                "outbox": lambda: _post(requests, "/outbox/"),
-            },
-            rounds,
-            per_round_count,
-        )
-        counts = {path: _statements(requests, path) for path in ("/protected/", "/outbox/")}
+        yield
     finally:
-        with app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(QUEUE)  # type: ignore[attr-defined]
-    _report(report, series, counts)
+        # Straight to Redis: kombu's queue_delete() forgets queues this
+        # connection didn't declare itself.
+        client = redis.Redis.from_url(BROKER)
+        client.delete(queue, *(f"_kombu.{kind}.{queue}" for kind in _BINDINGS))
+        client.close()
 
 
-def _statements(requests: Requests, path: str) -> int:
-    return count_sql(statements(lambda: _post(requests, path)))
+_BINDINGS = ("binding", "binding_permanent")
 
 
-def _post(requests: Requests, path: str) -> float:
-    return timed(lambda: _expect(requests.post(path, str(uuid.uuid4())), replayed=False))
+def without_fast_path(sample: Sample) -> Sample:
+    """``sample`` with the on_commit publish left out: the row waits for the relay.
 
+    Splits enqueue()'s cost into its part in the view's transaction and the fast
+    path's (its own transaction and the publish, after the commit).
+    """
+    from idempotency_django.outbox import delivery
 
-def _report(report: Report, s: dict[str, Series], counts: dict[str, int]) -> None:
-    added = per_round(lambda a, b: a - b, s["outbox"], s["protected"])
-    report.timing(SECTION, "outbox_protected", "protected view", s["protected"])
-    report.timing(SECTION, "outbox_enqueue", "protected view + enqueue()", s["outbox"])
-    report.timing(SECTION, "outbox_added", "added latency (enqueue + fast path)", added)
-    extra = counts["/outbox/"] - counts["/protected/"]
-    label = "statements added (INSERT in the view; SELECT FOR UPDATE + UPDATE after commit)"
-    report.add(SECTION, Row("outbox_statements_added", label, extra, ""))
+    def skipped(pk: int, using: str) -> None:
+        return None
+
+    def run() -> float:
+        fast_path = delivery.publish_after_commit
+        delivery.publish_after_commit = skipped
+        try:
+            return sample()
+        finally:
+            delivery.publish_after_commit = fast_path
+
+    return run

@@ -1,7 +1,7 @@
 """Purge 1,000,000 expired entries while another process keeps claiming new keys.
 
 ``DATABASE_URL=postgres://… python -m bench.purge`` (``make bench`` runs it through
-``python -m bench``). On a scratch database of its own (``idem_bench_purge``,
+``python -m bench``). On a scratch database of its own (``idem_bench_<pid>_purge``,
 created and dropped here) it bulk-loads expired rows, then runs the real
 ``idempotency_django.purge.purge`` while a claimer process calls ``store.claim``
 for new keys at a steady rate, and compares the claims' latency during the purge
@@ -30,8 +30,10 @@ from multiprocessing.synchronize import Event
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench import scratch
+
 ALIAS = "bench_purge"
-DATABASE = "idem_bench_purge"
+DATABASE = scratch.PURGE
 ROWS = 1_000_000
 SLICES = 10
 ROUNDS = 2
@@ -231,19 +233,9 @@ def _claimer(settings_dict: dict[str, Any], ready: Event, stop: Event, sender: C
 
 
 def _claim_one() -> None:
-    from idempotency_django import core, store
+    from bench.claims import claim_new
 
-    claimed = store.claim(
-        ALIAS,
-        "bench",
-        uuid.uuid4().hex,
-        "0" * 64,
-        core.now(),
-        timedelta(seconds=60),
-        timedelta(hours=24),
-    )
-    if not isinstance(claimed, store.Claim):
-        raise RuntimeError(f"a new key was not claimed: {claimed!r}")
+    claim_new(ALIAS, "bench", uuid.uuid4().hex)
 
 
 def _percentiles(name: str, latencies: list[float]) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ class Report:
             lines.append(f"-- {section}")
             lines.extend(_row(row) for row in rows)
         if self.targets:
-            lines.append("-- targets (issue 5)")
+            lines.append("-- targets (issues 10 and 13)")
             lines.extend(_target(target) for target in self.targets)
         return "\n".join(lines)
 
@@ -101,6 +102,8 @@ def _title(meta: dict[str, Any]) -> str:
 
 
 def _number(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "-"  # not measured: the row's note says why
     if unit == "ms":
         return f"{value:.3f} ms"
     if unit == "x":

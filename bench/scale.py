@@ -1,7 +1,7 @@
 """Claim latency against a table of 10,000,000 entries, next to an empty one.
 
 Two scratch databases on the same server, claimed in alternation by the same
-process: ``store.claim`` of a new key (the first execution's claim) and of an
+process: the claim statement of a new key (the first execution's claim) and of an
 existing key (a replay's claim: a random one of the loaded entries; at 0 rows,
 one this sweep just claimed).
 """
@@ -11,13 +11,10 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
-from datetime import timedelta
 
+from bench.claims import claim_existing, claim_new
 from bench.measure import Series, sweep, timed
-from idempotency_django import core, store
 
-LEASE = timedelta(seconds=60)
-TTL = timedelta(hours=24)
 EMPTY, LOADED = "default", "scale"
 
 
@@ -28,7 +25,7 @@ class Claims:
 
     def _claim_new(self, alias: str) -> tuple[float, str]:
         key = str(uuid.uuid4())
-        elapsed = timed(lambda: _expect(_claim(alias, "7", key), store.Claim))
+        elapsed = timed(lambda: claim_new(alias, "7", key))
         return elapsed, key
 
     def new_empty(self) -> float:
@@ -41,26 +38,17 @@ class Claims:
 
     def existing_empty(self) -> float:
         key = random.choice(self.recent)
-        return timed(lambda: _expect(_claim(EMPTY, "7", key), store.Existing))
+        return timed(lambda: claim_existing(EMPTY, "7", key))
 
     def existing_loaded(self) -> float:
         # The loaded rows' keys are md5(i) as a UUID, tenant i % 1000 (bench.scratch).
         i = random.randint(1, self.loaded_rows)
         key, tenant = str(uuid.UUID(_md5(str(i)))), str(i % 1000)
-        return timed(lambda: _expect(_claim(LOADED, tenant, key), store.Existing))
+        return timed(lambda: claim_existing(LOADED, tenant, key))
 
 
 def _md5(text: str) -> str:
     return hashlib.md5(text.encode()).hexdigest()
-
-
-def _claim(alias: str, tenant: str, key: str) -> store.Claim | store.Existing | None:
-    return store.claim(alias, tenant, key, "0" * 64, core.now(), LEASE, TTL)
-
-
-def _expect(found: object, kind: type) -> None:
-    if not isinstance(found, kind):
-        raise RuntimeError(f"expected a {kind.__name__}, the claim gave {found!r}")
 
 
 def run(loaded_rows: int, rounds: int, per_round: int) -> dict[str, Series]:

@@ -13,8 +13,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-MAIN = os.environ.get("BENCH_DATABASE", "idem_bench")
+# The process id in the name: two runs at once (two checkouts, two agents) never
+# drop each other's database; every name starts with idem_bench_.
+MAIN = os.environ.get("BENCH_DATABASE") or f"idem_bench_{os.getpid()}"
 SCALE = f"{MAIN}_scale"
+PURGE = f"{MAIN}_purge"
 TABLE = "idempotency_django_idempotencyentry"
 
 

@@ -1,13 +1,20 @@
-from django.urls import path
+from django.urls import URLPattern, path
 
 from bench import views
 
-urlpatterns = [
+urlpatterns: list[URLPattern] = [
     path("unprotected/", views.unprotected),
-    path("protected/", views.protected),
-    path("cached/", views.protected_cached),
+    path("autocommit/", views.autocommit),
+    path("lock/", views.lock),
+    path("lease/", views.lease),
+    path("cached/", views.lock_cached),
+    path("cached-before/", views.cached_before),
+    path("cached-generic/", views.lock_cached_generic),
     path("prepared/unprotected/", views.unprotected_prepared),
-    path("prepared/protected/", views.protected_prepared),
+    path("prepared/lock/", views.lock_prepared),
+    path("held/lock/", views.held_lock),
+    path("held/lease/", views.held_lease),
     path("ping/", views.ping),
-    path("outbox/", views.protected_outbox),
 ]
+if views.lock_enqueue is not None:
+    urlpatterns.append(path("enqueue/", views.lock_enqueue))

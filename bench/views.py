@@ -1,44 +1,98 @@
-"""One business write, served unprotected and protected, so the difference is ours."""
+"""One business write, served unprotected and protected, so that the difference is ours.
+
+Every protected view wraps :func:`business` (one INSERT) and runs it in the
+transaction ``@idempotent`` opens; the unprotected reference runs the same
+INSERT in an ``atomic()`` block of its own, so both pay one business
+transaction and the difference is the protocol's work.
+"""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from idempotency_django import idempotent
+from bench import cache_before
+from bench.settings import OUTBOX
+from idempotency_django import cache, core, idempotent
 from tests.testapp.models import Charge
 
-
-def unprotected(request: HttpRequest) -> HttpResponse:
-    """The business write alone: one INSERT in its own (autocommit) transaction."""
-    return _charge(request, "default")
+# How long a held request waits for its release file at most (bench.inprocess, bench.http_cases).
+HOLD = 90.0
 
 
-def unprotected_prepared(request: HttpRequest) -> HttpResponse:
-    """The same through the "prepared" alias (server-side binding, prepared statements)."""
-    return _charge(request, "prepared")
-
-
-def _charge(request: HttpRequest, using: str) -> HttpResponse:
+def business(request: HttpRequest, using: str = "default") -> HttpResponse:
+    """The business write: one INSERT (in whatever transaction is open)."""
     reference = request.headers.get("Idempotency-Key", "")
     charge = Charge.objects.using(using).create(reference=reference, amount=100)
     return JsonResponse({"id": charge.pk, "amount": charge.amount}, status=201)
 
 
-protected = idempotent(unprotected)
+def unprotected(request: HttpRequest) -> HttpResponse:
+    """The reference: the business write in a transaction of its own (BEGIN, INSERT, COMMIT)."""
+    with transaction.atomic():
+        return business(request)
 
 
-@idempotent
-def protected_outbox(request: HttpRequest) -> HttpResponse:
-    """The protected view plus one ``enqueue()`` (bench/outbox.py)."""
-    from idempotency_django.outbox import enqueue
+def autocommit(request: HttpRequest) -> HttpResponse:
+    """The business write alone in autocommit (one round trip): what a view without atomic() pays."""
+    return business(request)
 
-    response = _charge(request, "default")
-    enqueue("bench.receipt", request.headers.get("Idempotency-Key", ""))
+
+def unprotected_prepared(request: HttpRequest) -> HttpResponse:
+    """The reference through the "prepared" alias (server-side binding, prepared statements)."""
+    with transaction.atomic(using="prepared"):
+        return business(request, "prepared")
+
+
+def _prepared_business(request: HttpRequest) -> HttpResponse:
+    return business(request, "prepared")
+
+
+def held(request: HttpRequest) -> HttpResponse:
+    """The business write, then wait (inside the claim's transaction) for a release file."""
+    response = business(request)
+    release = Path(request.headers["X-Bench-Release"])
+    Path(f"{release}.entered").touch()
+    deadline = time.monotonic() + HOLD
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return response
 
 
-protected_cached = idempotent(cache="replay")(unprotected)
-protected_prepared = idempotent(database="prepared")(unprotected_prepared)
+def enqueuing(request: HttpRequest) -> HttpResponse:
+    """The business write and one ``enqueue()`` of a receipt (issue 12's outbox)."""
+    from idempotency_django.outbox import enqueue  # type: ignore[import-not-found, unused-ignore]
+
+    response = business(request)
+    enqueue("bench.receipt", 100)
+    return response
+
+
+lock = idempotent(protocol="lock")(business)
+lease = idempotent(protocol="lease")(business)
+lock_cached = idempotent(protocol="lock", cache="replay")(business)
+lock_cached_generic = idempotent(protocol="lock", cache="replay_generic")(business)
+
+
+def cached_before(request: HttpRequest) -> HttpResponse:
+    """``lock_cached`` served with main's cache.py (bench.cache_before) swapped in.
+
+    For this request only: a sync worker (or the test client) serves one at a time.
+    """
+    setattr(core, "cache", cache_before)  # noqa: B010  (the same public functions)
+    try:
+        return lock_cached(request)
+    finally:
+        setattr(core, "cache", cache)  # noqa: B010
+
+
+lock_prepared = idempotent(protocol="lock", database="prepared")(_prepared_business)
+held_lock = idempotent(protocol="lock")(held)
+held_lease = idempotent(protocol="lease")(held)
+lock_enqueue = idempotent(protocol="lock")(enqueuing) if OUTBOX else None
 
 
 def ping(request: HttpRequest) -> HttpResponse:

@@ -4,6 +4,15 @@ Any cache error is logged and treated as a miss, so the database answers instead
 After an error the alias is left alone for ``PAUSE`` seconds (per process): a
 frozen Redis then costs one socket timeout per pause, not one or two per
 request, and one warning instead of a flood.
+
+A first execution pays a GET (the miss) and a SET (after the commit); during a
+WSGI request the SET is sent once the response has gone out, so the client
+waits for the GET alone. On django-redis both go straight to its redis-py
+client (one command each, the SET with ``PX`` so the lifetime keeps its
+milliseconds), skipping the cache API's per-call layers; any other backend
+goes through Django's cache API. The answer
+is stored in a compact binary layout (:func:`encode`), wrapped as a pickled
+``bytes`` so that django-redis's own ``get`` still reads it.
 """
 
 from __future__ import annotations
@@ -11,11 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import pickle
+import struct
 import sys
+import threading
 import time
+import weakref
 from datetime import timedelta
+from typing import Any
 
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
+from django.core.signals import request_finished, request_started
 
 from idempotency_django import signals
 from idempotency_django.responses import StoredResponse
@@ -36,37 +51,172 @@ def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
     if _paused(alias):
         return None
     try:
-        value = caches[alias].get(cache_key(tenant, key))
+        value = _store(alias).get(cache_key(tenant, key))
     except Exception:
         logger.warning(_UNREACHABLE, alias, "using the database", PAUSE, exc_info=True)
         _failed(alias, "get")
         return None
-    if not isinstance(value, dict):
-        return None
-    headers = [(str(name), str(text)) for name, text in value["headers"]]
-    stored = StoredResponse(value["status"], headers, value["body"], value.get("reason", ""))
-    return value["fingerprint"], stored
+    return decode(value)
 
 
 def put(
     alias: str, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl: timedelta
 ) -> None:
-    """Cache a committed final answer for the rest of its TTL."""
-    seconds = int(ttl.total_seconds())
-    if seconds < 1 or _paused(alias):
-        return  # about to expire (Django reads 0 as "don't cache"), or the cache is away
-    value = {
-        "fingerprint": fingerprint,
-        "status": response.status,
-        "headers": [list(h) for h in response.headers],
-        "body": response.body,
-        "reason": response.reason,
-    }
+    """Cache a committed final answer for the rest of its TTL.
+
+    During a WSGI request the write waits for the end of the request (Django's
+    ``request_finished``, sent once the server has sent the response), so the
+    client doesn't wait for it; elsewhere it is written at once.
+    """
+    if ttl.total_seconds() < 1 or _paused(alias):
+        return  # about to expire, or the cache is away
+    write = _Write(alias, cache_key(tenant, key), encode(fingerprint, response), ttl)
+    deferred: list[_Write] | None = getattr(_request, "deferred", None)
+    if deferred is None:
+        write.send()
+    else:
+        deferred.append(write)
+
+
+class _Write:
+    """A SET to send, its lifetime counted from when it was asked for."""
+
+    def __init__(self, alias: str, name: str, value: bytes, ttl: timedelta) -> None:
+        self.alias, self.name, self.value = alias, name, value
+        self.deadline = time.monotonic() + ttl.total_seconds()
+
+    def send(self) -> None:
+        milliseconds = int((self.deadline - time.monotonic()) * 1000)
+        if milliseconds < 1000 or _paused(self.alias):
+            return
+        try:
+            _store(self.alias).set(self.name, self.value, milliseconds)
+        except Exception:
+            logger.warning(_UNREACHABLE, self.alias, "answer not cached", PAUSE, exc_info=True)
+            _failed(self.alias, "set")
+
+
+# -- writes after the response -----------------------------------------------------
+# Per thread: a WSGI request runs start to finish in one thread. ASGI requests
+# (request_started without ``environ``) write at once.
+_request = threading.local()
+
+
+def _request_started(sender: object, environ: object = None, **kwargs: object) -> None:
+    _flush()  # left by a request whose end this thread never saw
+    _request.deferred = [] if environ is not None else None
+
+
+def _request_finished(sender: object, **kwargs: object) -> None:
+    _flush()
+
+
+def _flush() -> None:
+    deferred: list[_Write] | None = getattr(_request, "deferred", None)
+    _request.deferred = None
+    for write in deferred or ():
+        write.send()
+
+
+request_started.connect(_request_started, dispatch_uid="idempotency_django.cache.started")
+request_finished.connect(_request_finished, dispatch_uid="idempotency_django.cache.finished")
+
+
+# -- the stored value ---------------------------------------------------------------
+# version, status, then the lengths of fingerprint, reason, headers and body; headers
+# are NUL-separated names and values (HTTP forbids NUL in either).
+_HEAD = struct.Struct(">BHHHII")
+_VERSION = b"\x01"
+
+
+def encode(fingerprint: str, response: StoredResponse) -> bytes:
+    """The bytes stored for one answer (pickled ``bytes``: django-redis can read them too)."""
+    fp, reason = fingerprint.encode(), response.reason.encode()
+    headers = "\0".join(part for header in response.headers for part in header).encode()
+    head = _HEAD.pack(
+        _VERSION[0], response.status, len(fp), len(reason), len(headers), len(response.body)
+    )
+    return pickle.dumps(
+        b"".join((head, fp, reason, headers, response.body)), pickle.HIGHEST_PROTOCOL
+    )
+
+
+def decode(value: object) -> tuple[str, StoredResponse] | None:
+    """What :func:`encode` stored; ``None`` for anything else (e.g. an older release's value)."""
     try:
-        caches[alias].set(cache_key(tenant, key), value, timeout=seconds)
-    except Exception:
-        logger.warning(_UNREACHABLE, alias, "answer not cached", PAUSE, exc_info=True)
-        _failed(alias, "set")
+        blob = pickle.loads(value) if isinstance(value, bytes) else value
+        if not isinstance(blob, bytes) or blob[:1] != _VERSION:
+            return None
+        return _fields(blob)
+    except Exception:  # noqa: BLE001  (a value we can't read is a miss: the database answers)
+        return None
+
+
+def _fields(blob: bytes) -> tuple[str, StoredResponse]:
+    _version, status, *lengths = _HEAD.unpack_from(blob)
+    fields, at = [], _HEAD.size
+    for length in lengths:
+        fields.append(blob[at : at + length])
+        at += length
+    fingerprint, reason, headers, body = fields
+    parts = headers.decode().split("\0") if headers else []
+    pairs = list(zip(parts[::2], parts[1::2], strict=True))
+    return fingerprint.decode(), StoredResponse(status, pairs, body, reason.decode())
+
+
+# -- where it is stored ---------------------------------------------------------------
+
+
+class _Generic:
+    """Any Django cache backend, through the cache API (lifetimes in whole seconds)."""
+
+    def __init__(self, backend: BaseCache) -> None:
+        self.backend = backend
+
+    def get(self, name: str) -> Any:
+        return self.backend.get(name)
+
+    def set(self, name: str, value: bytes, milliseconds: int) -> None:
+        self.backend.set(name, value, timeout=milliseconds // 1000)
+
+
+class _Redis:
+    """django-redis's own redis-py client: one command per call, under the backend's key."""
+
+    def __init__(self, backend: BaseCache, client: Any) -> None:
+        self.backend, self.client = backend, client
+
+    def get(self, name: str) -> Any:
+        return self.client.get(self.backend.make_key(name))
+
+    def set(self, name: str, value: bytes, milliseconds: int) -> None:
+        self.client.set(self.backend.make_key(name), value, px=milliseconds)
+
+
+# Per backend instance (Django's caches are per thread, and new after override_settings).
+_stores: weakref.WeakKeyDictionary[BaseCache, _Generic | _Redis] = weakref.WeakKeyDictionary()
+
+
+def _store(alias: str) -> _Generic | _Redis:
+    backend = caches[alias]
+    found = _stores.get(backend)
+    if found is None:
+        found = _stores[backend] = _store_for(backend)
+    return found
+
+
+def _store_for(backend: BaseCache) -> _Generic | _Redis:
+    # Only django-redis's default client on one server maps every key to one
+    # redis-py client; replicas, its sharded and herd clients, and every other
+    # backend keep the cache API.
+    client = getattr(backend, "client", None)
+    if (
+        type(backend).__module__.startswith("django_redis.")
+        and type(client).__name__ == "DefaultClient"
+        and len(getattr(client, "_server", ())) == 1
+    ):
+        return _Redis(backend, client.get_client(write=True))  # type: ignore[union-attr]
+    return _Generic(backend)
 
 
 def _failed(alias: str, operation: str) -> None:

@@ -1,0 +1,89 @@
+"""The replay cache's and the receivers' own work, timed alone in a loop (no request around).
+
+A request's latency varies by far more than these parts cost, so besides the
+request-level differences the table shows what each costs by itself:
+
+- the cache: a GET that misses plus the SET of one answer, with main's
+  ``cache.py`` and with this one (outside a request, so the SET is immediate);
+- the receivers: one ``outcome`` signal as a first execution sends it, with
+  the default log receiver alone and with the measured receivers connected.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from types import ModuleType
+
+from bench import cache_before
+from bench.measure import Sample, timed
+from bench.receivers import Receivers
+from idempotency_django import cache, signals
+from idempotency_django.responses import StoredResponse
+
+ANSWER = StoredResponse(
+    201,
+    [("Content-Type", "application/json"), ("Location", "/charges/1")],
+    b'{"id": 1, "amount": 100}',
+    "Created",
+)
+TTL = timedelta(minutes=5)
+FIELDS = {
+    "outcome": signals.EXECUTED,
+    "method": "POST",
+    "route": "bench.views.lock",
+    "status": 201,
+    "stored": True,
+    "source": None,
+    "protocol": "lock",
+    "claim_seconds": 0.0003,
+    "waited_seconds": 0.0,
+    "total_seconds": 0.002,
+    "key_digest": "0123456789ab",
+}
+
+
+def cache_samples(alias: str) -> dict[str, Sample]:
+    return {
+        "ops_cache_before": _cache_ops(cache_before, alias),
+        "ops_cache_now": _cache_ops(cache, alias),
+        "ops_cache_now_get": lambda: timed(lambda: cache.get(alias, "", str(uuid.uuid4()))),
+    }
+
+
+def _cache_ops(module: ModuleType, alias: str) -> Sample:
+    def sample() -> float:
+        key = str(uuid.uuid4())
+
+        def work() -> None:
+            if module.get(alias, "", key) is not None:
+                raise RuntimeError("a new key was found in the cache")
+            module.put(alias, "", key, "f" * 64, ANSWER, TTL)
+
+        return timed(work)
+
+    return sample
+
+
+def signal_samples(receivers: Receivers) -> dict[str, Sample]:
+    samples = {"ops_signal_quiet": _send, "ops_signal_observed": _observed(receivers)}
+    if len(receivers.toggles) > 1:
+        for index in range(len(receivers.toggles)):
+            samples[f"ops_signal_only_{index}"] = _observed(receivers.one(index))
+    return samples
+
+
+def _observed(receivers: Receivers) -> Sample:
+    def sample() -> float:
+        receivers.connect()
+        try:
+            with receivers.around():
+                return _send()
+        finally:
+            receivers.disconnect()
+
+    return sample
+
+
+def _send() -> float:
+    return timed(lambda: signals.send(signals.outcome, sender="http", **FIELDS))

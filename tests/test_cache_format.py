@@ -1,0 +1,128 @@
+"""The replay cache's stored value, its two stores, and the write held until the response is sent.
+
+No Redis needed: the stores are chosen without connecting, and the rest runs
+on Django's local-memory cache. tests/test_cache.py covers real Redis.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.core.signals import request_finished, request_started
+from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
+
+from idempotency_django import cache
+from idempotency_django.responses import StoredResponse
+
+LOCAL: dict[str, Any] = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "fmt"},
+}
+TTL = timedelta(seconds=60)
+ANSWER = StoredResponse(201, [("Content-Type", "application/json")], b'{"id": 1}', "Created")
+
+header_text = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF), max_size=40)
+
+
+@given(
+    fingerprint=st.text(alphabet="0123456789abcdef:", max_size=140),
+    status=st.integers(100, 599),
+    headers=st.lists(st.tuples(header_text.filter(bool), header_text), max_size=6),
+    body=st.binary(max_size=2000),
+    reason=header_text,
+)
+def test_an_answer_comes_back_as_it_was_stored(
+    fingerprint: str, status: int, headers: list[tuple[str, str]], body: bytes, reason: str
+) -> None:
+    answer = StoredResponse(status, headers, body, reason)
+    assert cache.decode(cache.encode(fingerprint, answer)) == (fingerprint, answer)
+
+
+def test_the_stored_value_is_a_pickled_bytes_that_django_redis_can_read() -> None:
+    assert isinstance(pickle.loads(cache.encode("f", ANSWER)), bytes)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        {"fingerprint": "f", "status": 201, "headers": [], "body": b"", "reason": ""},  # 0.1's
+        pickle.dumps({"status": 201}),
+        b"not a pickle",
+        pickle.dumps(b"\x02unknown layout"),
+        pickle.dumps(cache.encode("f", ANSWER)[:-3]),  # a truncated value
+    ],
+)
+def test_a_value_it_cannot_read_is_a_miss(value: object) -> None:
+    assert cache.decode(value) is None
+
+
+def test_django_redis_on_one_server_gets_the_raw_client_and_the_rest_the_cache_api() -> None:
+    redis = "redis://127.0.0.1:6379/15"  # never connected to: choosing a store doesn't connect
+    setting = {
+        **LOCAL,
+        "django_redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis},
+        "replicated": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": [redis, redis]},
+        "django": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis},
+    }
+    with override_settings(CACHES=setting):
+        assert isinstance(cache._store("django_redis"), cache._Redis)
+        for alias in ("replicated", "django", "local"):
+            assert isinstance(cache._store(alias), cache._Generic)
+
+
+@pytest.fixture
+def local() -> Iterator[None]:
+    with override_settings(CACHES=LOCAL):
+        yield
+        caches["local"].clear()
+
+
+def test_the_generic_store_keeps_and_returns_an_answer(local: None) -> None:
+    cache.put("local", "t", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "t", "k") == ("fp", ANSWER)
+    assert cache.get("local", "other tenant", "k") is None
+
+
+def test_during_a_wsgi_request_the_write_waits_for_its_end(local: None) -> None:
+    request_started.send(sender=None, environ={})
+    cache.put("local", "", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "", "k") is None
+    request_finished.send(sender=None)
+    assert cache.get("local", "", "k") == ("fp", ANSWER)
+
+
+def test_outside_a_wsgi_request_the_write_is_at_once(local: None) -> None:
+    request_started.send(sender=None, scope={})  # ASGI: no environ
+    cache.put("local", "", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "", "k") == ("fp", ANSWER)
+    request_finished.send(sender=None)
+
+
+def test_a_write_left_behind_is_sent_when_the_next_request_starts(local: None) -> None:
+    request_started.send(sender=None, environ={})
+    cache.put("local", "", "k", "fp", ANSWER, TTL)
+    request_started.send(sender=None, environ={})
+    assert cache.get("local", "", "k") == ("fp", ANSWER)
+    request_finished.send(sender=None)
+
+
+def test_a_held_write_never_outlives_the_lifetime_it_was_given(
+    local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(cache, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    request_started.send(sender=None, environ={})
+    cache.put("local", "", "k", "fp", ANSWER, timedelta(seconds=5))
+    clock[0] += 4.5  # under a second left when the request ends: not worth caching
+    request_finished.send(sender=None)
+    monkeypatch.undo()
+    assert cache.get("local", "", "k") is None
