@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "IdempotencyContext",
     "IdempotentRequest",
+    "__version__",
     "idempotent",
     "idempotent_call",
     "idempotent_function",
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from idempotency_django.calls import idempotent_call, idempotent_function
     from idempotency_django.core import IdempotencyContext, IdempotentRequest
     from idempotency_django.decorators import idempotent
+
+    __version__: str
 
 _LAZY = {
     "idempotent": "idempotency_django.decorators",
@@ -30,6 +33,11 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     # Lazy so that importing the app (INSTALLED_APPS, settings) never imports
     # Django's model machinery before the app registry is ready.
+    if name == "__version__":
+        # From the installed metadata: pyproject.toml stays the one place it is written.
+        from importlib.metadata import version
+
+        return version("idempotency-django")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(name)

@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from idempotency_django import purge
 from idempotency_django.conf import conf
@@ -107,9 +108,14 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     def release_stuck(self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]) -> None:
         ids = list(queryset.values_list("id", flat=True))
         released = purge.release(ids, using=queryset.db)
+        released_text = ngettext(
+            "Released %(count)d stuck in-progress entry",
+            "Released %(count)d stuck in-progress entries",
+            released,
+        ) % {"count": released}
         self.message_user(
             request,
-            f"Released {released} stuck in-progress entries; skipped {len(ids) - released} "
+            f"{released_text}; skipped {len(ids) - released} "
             "(finished, lease not yet passed, or held by a running request).",
             messages.SUCCESS if released else messages.WARNING,
         )

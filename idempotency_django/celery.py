@@ -21,8 +21,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
-from celery import Task, current_task
-from celery.exceptions import Ignore
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    from celery import Task, current_task
+    from celery.exceptions import Ignore
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "celery")
 
 from idempotency_django.exceptions import RequestInProgress
 

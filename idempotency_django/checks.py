@@ -204,10 +204,14 @@ def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
         return []
     return _error(
         "E011",
-        f"IDEMPOTENCY_DATABASE {alias!r} is a {vendor} database, which idempotency_django "
-        "does not support.",
+        f"IDEMPOTENCY_DATABASE {alias!r} is {_article(vendor)} {vendor} database, which "
+        "idempotency_django does not support.",
         "Keep the entries on PostgreSQL (or SQLite for development): set IDEMPOTENCY_DATABASE.",
     )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _entries_vendor() -> list[CheckMessage]:

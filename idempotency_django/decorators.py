@@ -15,7 +15,7 @@ from idempotency_django import core
 from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
-from idempotency_django.options import KeyExtractor, Options
+from idempotency_django.options import KeyExtractor, Options, check_option_names
 from idempotency_django.responses import problem_response
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
@@ -71,6 +71,7 @@ def idempotent(
 
 def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
     """Make a view safe to retry: ``@idempotent`` or ``@idempotent(ttl=3600, ...)``."""
+    check_option_names(kwargs)
     options = Options.build(**kwargs)
     if view is None:
         return functools.partial(_decorate, options=options)

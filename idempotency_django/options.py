@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -45,7 +46,10 @@ class Options:
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"@idempotent({name}=...) must be a callable taking the request.")
         if self.ttl is not None and self.lease is not None and self.lease >= self.ttl:
-            raise TypeError("@idempotent(lease=...) must be shorter than ttl=....")
+            raise TypeError(
+                "@idempotent(lease=...) must be shorter than @idempotent(ttl=...); "
+                f"got {_seconds(self.lease)} and {_seconds(self.ttl)}."
+            )
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise TypeError(
                 f'@idempotent(protocol=...) must be "lock" or "lease", got {self.protocol!r}.'
@@ -139,6 +143,22 @@ def protocol_for(database: str, wanted: str | None) -> str:
             f'{connections[database].vendor}. Use protocol="lease" there.'
         )
     return wanted
+
+
+def check_option_names(options: Mapping[str, object]) -> None:
+    """Refuse an unknown keyword, naming the valid ones (read from :meth:`Options.build`)."""
+    valid = list(inspect.signature(Options.build).parameters)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        what = "an unknown option" if len(unknown) == 1 else "unknown options"
+        raise TypeError(
+            f"@idempotent(...) got {what} {', '.join(map(repr, unknown))}; "
+            f"the options are: {', '.join(valid)}."
+        )
+
+
+def _seconds(duration: timedelta) -> str:
+    return f"{duration.total_seconds():g} seconds"
 
 
 def _check_instance(name: str, value: object, kind: type) -> None:

@@ -18,7 +18,13 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
-from rest_framework import exceptions
+
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    from rest_framework import exceptions
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "drf")
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    from celery import shared_task
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "celery")
 
 from idempotency_django import purge
 

@@ -108,9 +108,9 @@ LOGGING = {
     "loggers": {"idempotency_django": {"handlers": ["console"], "level": "WARNING"}},
 }
 
-# Celery (sample_project/celery.py) and the outbox. Without CELERY_BROKER_URL the
+# Celery (sample_project/celery_app.py) and the outbox. Without CELERY_BROKER_URL the
 # receipt runs eagerly in the web process: `make run` needs no broker. With one,
-# run `celery -A sample_project worker -l INFO` and `manage.py relay_outbox --every 30`.
+# run `celery -A sample_project.celery_app worker -l INFO` and `manage.py relay_outbox --every 30`.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
 CELERY_TASK_ALWAYS_EAGER = "CELERY_BROKER_URL" not in os.environ
 CELERY_TASK_ACKS_LATE = True
@@ -121,4 +121,4 @@ WEBHOOK_SECRET = os.environ.get("WEBHOOK_SECRET", "sample-webhook-secret")
 # Load the Celery app with the settings (Celery's Django guide does it in the
 # project's __init__.py; here the test suite, which installs the payments app
 # under its own settings, then never imports Celery).
-from sample_project.celery import app as celery_app  # noqa: E402, F401
+from sample_project.celery_app import app as celery_app  # noqa: E402, F401

@@ -1,7 +1,9 @@
 """Markers, service gating and shared fixtures.
 
 A test that needs a service the machine lacks is skipped with the reason, except
-under ``CI=true``, where it fails: CI must prove the guarantees, not skip them.
+when services are required (``CI=true``, or ``IDEMPOTENCY_TEST_SERVICES=required``
+as ``make test`` sets it), where it fails: a full run must prove the guarantees,
+not skip them. The services and variables: docs/contributing.rst.
 """
 
 from __future__ import annotations
@@ -10,17 +12,25 @@ import os
 import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.db import connection, connections
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+SERVICES = os.environ.get("IDEMPOTENCY_TEST_SERVICES", "required" if IN_CI else "optional")
+if SERVICES not in ("required", "optional"):
+    raise pytest.UsageError(
+        f'IDEMPOTENCY_TEST_SERVICES must be "required" or "optional", got {SERVICES!r}.'
+    )
+SERVICES_REQUIRED = IN_CI or SERVICES == "required"
+_WHY_FAIL = "services are required (CI=true or IDEMPOTENCY_TEST_SERVICES=required)"
 
 
 def service_missing(reason: str) -> None:
-    """Skip, or fail under CI, because a service isn't there."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: a missing service fails the run)")
+    """Skip, or fail when services are required, because a service isn't there."""
+    if SERVICES_REQUIRED:
+        pytest.fail(f"{reason}: {_WHY_FAIL}")
     pytest.skip(reason)
 
 
@@ -35,8 +45,9 @@ def reachable(host: str, port: int) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in (
         "requires_postgres: runs only when DATABASE_URL points at PostgreSQL",
-        "requires_redis: needs Redis on 127.0.0.1:6379",
+        "requires_redis: needs the Redis server of REDIS_URL",
         "system: starts real servers (gunicorn, Celery workers)",
+        "packaging: builds the wheel and sdist, installs them in new virtualenvs (needs PyPI)",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -62,25 +73,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionstart(session: pytest.Session) -> None:
     from django.conf import settings
 
+    _check_installed_package()
+
     db = settings.DATABASES["default"]
     address = (db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
     if db["ENGINE"].endswith("postgresql") and not reachable(*address):
         reason = f"PostgreSQL at {address[0]}:{address[1]} is unreachable"
-        if IN_CI:
-            pytest.exit(f"{reason} (CI=true: a missing service fails the run)", returncode=1)
+        if SERVICES_REQUIRED:
+            pytest.exit(f"{reason}: {_WHY_FAIL}", returncode=1)
         session.config.stash[_SKIP_ALL] = reason
 
 
 _SKIP_ALL = pytest.StashKey[str]()
 
 
+def _check_installed_package() -> None:
+    """Under tox, the wheel is what is tested: never a source tree that happens to be on the path."""
+    import idempotency_django
+
+    location = idempotency_django.__file__ or ""
+    if os.environ.get("IDEMPOTENCY_TEST_INSTALLED") == "1" and "site-packages" not in location:
+        pytest.exit(f"testing {location}, not the installed wheel", returncode=1)
+
+
 @pytest.fixture
 def redis_url() -> str:
     from django.conf import settings
 
-    if not reachable("127.0.0.1", 6379):
-        service_missing("Redis on 127.0.0.1:6379 is unreachable")
-    return str(settings.REDIS_URL)
+    url = str(settings.REDIS_URL)
+    address = urlsplit(url)
+    if not reachable(address.hostname or "127.0.0.1", address.port or 6379):
+        service_missing(f"Redis at {url} (REDIS_URL) is unreachable")
+    return url
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def test_release_action_releases_abandoned_entries_and_refuses_live_ones(
     live = IdempotencyEntryFactory.create(in_progress=True)
     done = IdempotencyEntryFactory.create(locked_until=timezone.now() - timedelta(hours=1))
     response = release(admin_client, stuck, live, done)
-    assert "Released 1 stuck in-progress entries; skipped 2" in response.content.decode()
+    assert "Released 1 stuck in-progress entry; skipped 2" in response.content.decode()
     assert set(IdempotencyEntry.objects.values_list("pk", flat=True)) == {live.pk, done.pk}
 
 
@@ -105,6 +105,12 @@ def test_release_action_reports_when_nothing_was_released(admin_client: Client) 
     response = release(admin_client, live)
     assert "Released 0 stuck in-progress entries; skipped 1" in response.content.decode()
     assert IdempotencyEntry.objects.filter(pk=live.pk).exists()
+
+
+def test_release_action_counts_in_the_plural(admin_client: Client) -> None:
+    stuck = IdempotencyEntryFactory.create_batch(2, abandoned=True)
+    response = release(admin_client, *stuck)
+    assert "Released 2 stuck in-progress entries; skipped 0" in response.content.decode()
 
 
 @pytest.mark.parametrize(("perms", "has_action"), [(["view"], False), (["view", "delete"], True)])

@@ -85,3 +85,18 @@ def test_unsupported_database_vendor_is_e011() -> None:
     assert [m.id for m in check_database_vendor("default", "mysql")] == ["idempotency_django.E011"]
     assert check_database_vendor("default", "postgresql") == []
     assert check_database_vendor("default", "sqlite") == []
+
+
+@pytest.mark.parametrize(
+    ("vendor", "phrase"),
+    [
+        ("unknown", "is an unknown database"),
+        ("mysql", "is a mysql database"),
+        ("oracle", "is an oracle"),
+    ],
+)
+def test_e011_names_the_alias_and_the_vendor_with_its_article(vendor: str, phrase: str) -> None:
+    from idempotency_django.checks import check_database_vendor
+
+    [message] = check_database_vendor("entries", vendor)
+    assert message.msg.startswith(f"IDEMPOTENCY_DATABASE 'entries' {phrase}")

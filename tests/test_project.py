@@ -62,7 +62,7 @@ def view(request: HttpRequest) -> HttpResponse:
         ({"tenant": 3}, "callable"),
         ({"fingerprint": "x"}, "callable"),
         ({"database": 1}, "must be a str"),
-        ({"ttl": 10, "lease": 10}, "shorter than ttl"),
+        ({"ttl": 10, "lease": 10}, "shorter than @idempotent"),
     ],
 )
 def test_wrong_options_fail_when_applied(options: dict[str, Any], message: str) -> None:
@@ -70,9 +70,112 @@ def test_wrong_options_fail_when_applied(options: dict[str, Any], message: str) 
         idempotent(**options)
 
 
-def test_unknown_option_fails_when_applied() -> None:
-    with pytest.raises(TypeError):
+def test_lease_not_shorter_than_ttl_names_both_arguments_and_their_values() -> None:
+    expected = (
+        "@idempotent(lease=...) must be shorter than @idempotent(ttl=...); "
+        "got 90 seconds and 60 seconds."
+    )
+    with pytest.raises(TypeError) as error:
+        idempotent(ttl=60, lease=timedelta(seconds=90))
+    assert str(error.value) == expected
+
+
+def test_unknown_option_names_the_decorator_and_the_valid_options() -> None:
+    with pytest.raises(TypeError) as error:
         idempotent(ttll=5)  # type: ignore[call-overload]
+    message = str(error.value)
+    assert message.startswith("@idempotent(...) got an unknown option 'ttll'; the options are: ")
+    assert "Options" not in message
+    for option in ("header", "required", "ttl", "lease", "methods", "key", "fingerprint"):
+        assert option in message.partition("the options are: ")[2].rstrip(".").split(", ")
+
+
+def test_unknown_options_are_all_named() -> None:
+    with pytest.raises(TypeError, match="got unknown options 'bogus', 'ttll'; the options"):
+        idempotent(ttll=5, bogus=1)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("module", "missing", "extra"),
+    [
+        ("idempotency_django.rest_framework", "rest_framework", "drf"),
+        ("idempotency_django.tasks", "celery", "celery"),
+        ("idempotency_django.celery", "celery", "celery"),
+    ],
+)
+def test_importing_an_integration_without_its_extra_says_what_to_install(
+    module: str, missing: str, extra: str
+) -> None:
+    code = (
+        "import sys\n"
+        f"sys.modules[{missing!r}] = None\n"
+        "import django; from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
+        "django.setup()\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(type(error).__name__, error.name, error, sep='|')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    kind, name, message = result.stdout.strip().split("|")
+    assert (kind, name) == ("ModuleNotFoundError", missing), result.stderr
+    assert message.startswith(f"{module} needs ")
+    assert message.endswith(f"pip install 'idempotency-django[{extra}]'")
+
+
+def test_the_missing_extra_is_named_with_its_install_line() -> None:
+    from idempotency_django.extras import raise_missing_extra
+
+    error = ModuleNotFoundError("No module named 'rest_framework'", name="rest_framework")
+    with pytest.raises(ModuleNotFoundError) as raised:
+        raise_missing_extra(error, "idempotency_django.rest_framework", "drf")
+    assert str(raised.value) == (
+        "idempotency_django.rest_framework needs Django REST framework, which is not installed: "
+        "pip install 'idempotency-django[drf]'"
+    )
+    assert raised.value.name == "rest_framework"
+    assert raised.value.__cause__ is error
+
+
+def test_a_missing_module_that_is_not_the_extra_is_raised_unchanged() -> None:
+    from idempotency_django.extras import raise_missing_extra
+
+    error = ModuleNotFoundError("No module named 'kombu'", name="kombu")
+    with pytest.raises(ModuleNotFoundError) as raised:
+        raise_missing_extra(error, "idempotency_django.tasks", "celery")
+    assert raised.value is error
+
+
+def test_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    import idempotency_django
+
+    assert idempotency_django.__version__ == version("idempotency-django")
+    assert "__version__" in idempotency_django.__all__
+
+
+def test_importing_the_package_and_reading_its_version_imports_no_model() -> None:
+    code = (
+        "import sys, idempotency_django\n"
+        "assert idempotency_django.__version__\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('django.db', 'idempotency_django.')))\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_an_unknown_attribute_of_the_package_is_an_attribute_error() -> None:
+    import idempotency_django
+
+    with pytest.raises(AttributeError):
+        idempotency_django.nothing_here  # noqa: B018
 
 
 def test_positional_non_callable_fails() -> None:

@@ -579,6 +579,18 @@ def test_wrong_attribute_fails_in_as_view(attribute: str, value: Any, message: s
         view.as_view()
 
 
+@pytest.mark.django_db(transaction=False)
+def test_lease_not_shorter_than_ttl_names_both_attributes_and_their_values() -> None:
+    attributes = {"idempotency_ttl": 60, "idempotency_lease": 90}
+    view: Any = type("BadLease", (api.ChargeAPIView,), attributes)
+    with pytest.raises(ImproperlyConfigured) as error:
+        view.as_view()
+    assert str(error.value) == (
+        "BadLease.idempotency_lease must be shorter than idempotency_ttl; "
+        "got 90 seconds and 60 seconds."
+    )
+
+
 def test_mixin_after_the_view_class_is_refused() -> None:
     from rest_framework.views import APIView
 

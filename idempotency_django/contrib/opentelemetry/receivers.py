@@ -20,6 +20,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.util.types import AttributeValue
 
 from idempotency_django import signals
+from idempotency_django.contrib.receivers import SignalReceivers
 
 METER_NAME: Final = "idempotency_django"
 #: The semantic conventions' advice for HTTP durations, with sub-millisecond
@@ -31,7 +32,7 @@ CLAIM_BUCKETS: Final = (
 Attributes = Mapping[str, AttributeValue]
 
 
-class Receivers:
+class Receivers(SignalReceivers):
     """The instruments of one meter, with a receiver method per signal."""
 
     def __init__(self, meter: metrics.Meter) -> None:
@@ -101,26 +102,6 @@ class Receivers:
     def on_cache_failed(self, sender: object, **fields: Any) -> None:
         operation = str(fields.get("operation"))
         self.cache_errors.add(1, self._cached(("cache.operation", operation)))
-
-    def connect(self) -> None:
-        """Connect the receivers to the signals (again is harmless)."""
-        for signal, receiver in self._receivers():
-            signal.connect(receiver, weak=False, dispatch_uid=self._uid(receiver))
-
-    def disconnect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.disconnect(dispatch_uid=self._uid(receiver))
-
-    def _receivers(self) -> list[tuple[Any, Any]]:
-        return [
-            (signals.outcome, self.on_outcome),
-            (signals.entry_reclaimed, self.on_entry_reclaimed),
-            (signals.purge_finished, self.on_purge_finished),
-            (signals.cache_failed, self.on_cache_failed),
-        ]
-
-    def _uid(self, receiver: Any) -> str:
-        return f"{__name__}.{receiver.__name__}.{id(self)}"
 
 
 def span_attributes(fields: Mapping[str, Any]) -> dict[str, AttributeValue]:

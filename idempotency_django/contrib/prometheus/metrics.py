@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from idempotency_django import signals
+from idempotency_django.contrib.receivers import SignalReceivers
 
 #: Claims take a round trip or two: from half a millisecond up.
 CLAIM_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -28,7 +28,7 @@ CACHE_OPERATIONS: Final = ("get", "set")
 PROTOCOLS: Final = ("lock", "lease")
 
 
-class Metrics:
+class Metrics(SignalReceivers):
     """The library's metrics in one registry, with a receiver method per signal."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
@@ -120,26 +120,6 @@ class Metrics:
 
     def on_cache_failed(self, sender: object, **fields: Any) -> None:
         self._child(self.cache_errors, str(fields.get("operation"))).inc()
-
-    def connect(self) -> None:
-        """Connect the receivers to the signals (again is harmless)."""
-        for signal, receiver in self._receivers():
-            signal.connect(receiver, weak=False, dispatch_uid=self._uid(receiver))
-
-    def disconnect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.disconnect(dispatch_uid=self._uid(receiver))
-
-    def _receivers(self) -> list[tuple[Any, Any]]:
-        return [
-            (signals.outcome, self.on_outcome),
-            (signals.entry_reclaimed, self.on_entry_reclaimed),
-            (signals.purge_finished, self.on_purge_finished),
-            (signals.cache_failed, self.on_cache_failed),
-        ]
-
-    def _uid(self, receiver: Any) -> str:
-        return f"{__name__}.{receiver.__name__}.{id(self)}"
 
 
 @functools.cache

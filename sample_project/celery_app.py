@@ -1,4 +1,4 @@
-"""The sample's Celery app: ``celery -A sample_project worker -l INFO`` (see docs/tasks.rst).
+"""The sample's Celery app: ``celery -A sample_project.celery_app worker -l INFO`` (see docs/tasks.rst).
 
 Without ``CELERY_BROKER_URL`` in the environment, tasks run eagerly in the web
 process, so ``make run`` needs no broker.
