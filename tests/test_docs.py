@@ -11,12 +11,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+import idempotency_django
 from idempotency_django.exceptions import ALL_ERRORS, PROBLEM_BASE, IdempotencyError
 from tests.conftest import service_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PACKAGE = ROOT / "idempotency_django"
+PACKAGE = Path(idempotency_django.__file__).resolve().parent  # the installed one under tox
 SITE = "https://idempotency-django.readthedocs.io/en/latest/"
 
 

@@ -23,7 +23,6 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def sample(settings: Any) -> Iterator[None]:
     settings.ROOT_URLCONF = "sample_project.urls"
     settings.WEBHOOK_SECRET = "test-secret"
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     # The sample without a broker: CELERY_TASK_ALWAYS_EAGER, as under `make run`.
     eager = Celery("sample_eager", set_as_current=False)
     eager.conf.task_always_eager = True
