@@ -127,6 +127,9 @@ def start_worker(
         *(f"--pool={pool}", f"--concurrency={concurrency}", "--prefetch-multiplier=1"),
         *("--without-gossip", "--without-mingle", "--without-heartbeat"),
         *("-Q", queue, "--loglevel=INFO"),
+        # A node name of its own: two suites at once (tox envs in parallel) on one
+        # RabbitMQ would otherwise share celery@host's exclusive pidbox queue.
+        *("-n", f"{queue}@%h"),
     ]
     log = directory / "worker.log"
     with log.open("wb") as out:

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 import dj_database_url
+import django
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -75,6 +76,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
 }
+
+if django.VERSION >= (6, 1):
+    # Django 6.1 deprecates the implicit default mailer (warnings are errors here).
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/14")
 
