@@ -139,19 +139,19 @@ def _protect(
     request.idempotency = context  # type: ignore[attr-defined]
     token = _current.set(context)
     try:
-        return _keyed(request, policy, tenant_of, call_view, seen)
+        return _keyed(request, context, policy, tenant_of, call_view, seen)
     finally:
         _current.reset(token)
 
 
 def _keyed(
     request: HttpRequest,
+    context: IdempotencyContext,
     policy: Policy,
     tenant_of: TenantOf,
     call_view: ViewCall,
     seen: Observation,
 ) -> HttpResponse:
-    context: IdempotencyContext = request.idempotency  # type: ignore[attr-defined]
     tenant = context.tenant
     context.key = extract_key(request, policy)
     if context.key is None:
@@ -159,7 +159,7 @@ def _keyed(
         return call_view()
     context._fingerprint = keyed(policy.fingerprint(request))
     seen.key_digest = signals.key_digest(tenant, context.key)
-    return run(context, policy, _checked(call_view, tenant_of, tenant, policy), seen)
+    return run(context, policy, _checked(call_view, tenant_of, tenant), seen)
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
@@ -233,7 +233,7 @@ def _execute(
     return response
 
 
-def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str, policy: Policy) -> ViewCall:
+def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
     """``call_view`` that fails loudly when the view changed who the caller is."""
 
     def call() -> HttpResponse:
@@ -333,11 +333,6 @@ def store_errors() -> Iterator[None]:
         yield
     except (OperationalError, InterfaceError) as exc:
         raise translate(exc) from exc
-
-
-def store_unavailable(exc: OperationalError | InterfaceError) -> IdempotencyError:
-    """The answer to a database error met before the view (e.g. while authenticating)."""
-    return translate(exc)
 
 
 class Observation:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 
@@ -189,10 +189,8 @@ class IdempotentMixin(_Base):
 
     def _authenticate(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's ``initial()``; a database outage there is the 503, not a debug page."""
-        try:
+        with core.store_errors():
             super().initial(request, *args, **kwargs)
-        except (OperationalError, InterfaceError) as exc:
-            raise core.store_unavailable(exc) from exc
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, IdempotencyError):
