@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -90,24 +91,36 @@ def test_the_key_is_required_and_bound_to_the_payment(client: Client, order: str
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_duplicate_in_flight_is_409(order: str) -> None:
-    """Two at once: one runs (its payment takes a second), the other is told to retry later."""
+def test_a_duplicate_in_flight_is_409(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One runs (its payment provider is slow); a duplicate arriving meanwhile is told to retry.
+
+    The duplicate is sent once the first is inside the view, and the first finishes only after
+    the duplicate's answer: a barrier alone lets SQLite's single writer queue the duplicate's
+    claim behind the first's transaction, and the duplicate then gets the (correct) replay.
+    """
     key, body = new_key(), payment(order, delay=1)
-    together = threading.Barrier(2)
-    answers: list[Any] = []
+    paying, answered = threading.Event(), threading.Event()
 
-    def pay() -> None:
-        together.wait()
-        answers.append(send(Client(), PAY, body, key=key))
+    def slow_provider(seconds: float) -> None:
+        paying.set()
+        answered.wait(timeout=30)
 
-    workers = [threading.Thread(target=close_connections_after(pay)) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    answers.sort(key=lambda answer: answer.status_code)
-    assert answers[0].status_code == 201
-    assert_in_progress(answers[1])
+    monkeypatch.setattr(checkout, "time", SimpleNamespace(sleep=slow_provider))
+    answers: dict[str, Any] = {}
+
+    def pay(name: str) -> None:
+        answers[name] = send(Client(), PAY, body, key=key)
+
+    first = threading.Thread(target=close_connections_after(pay), args=("first",))
+    first.start()
+    try:
+        assert paying.wait(timeout=30), "the first request never reached the view"
+        close_connections_after(pay)("duplicate")
+    finally:
+        answered.set()
+        first.join()
+    assert_in_progress(answers["duplicate"])
+    assert answers["first"].status_code == 201
     assert charges(order) == 1
 
 
