@@ -9,7 +9,6 @@ can spell (a header key is visible ASCII), so a task key never meets a view key.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,25 +85,26 @@ def idempotent_call(
     )
     codec = serializer or JSONSerializer()
     chosen = protocol_for(using, protocol or conf.PROTOCOL)
-    seen = _Seen(origin, signals.key_digest(tenant, call._namespaced), Run(chosen))
+    seen = signals.Observation(origin, key_digest=signals.key_digest(tenant, call._namespaced))
+    seen.slot = Run(chosen)
     try:
         with claimed(
-            target, chosen, conf.WAIT if wait is None else wait, fingerprint.matches, seen.run
+            target, chosen, conf.WAIT if wait is None else wait, fingerprint.matches, seen.slot
         ) as run:
             if run.replay is not None:
                 call.replayed, call.result = True, codec.loads(run.replay.body)
-                seen.outcome = signals.REPLAYED
+                seen.replayed("database")
                 yield call
                 return
             yield call
             body = codec.dumps(call.result)
             run.record(IdempotencyEntry.Status.COMPLETED, StoredResponse(200, _JSON, body))
-            seen.outcome, seen.stored = signals.EXECUTED, True
+            seen.executed(stored=True)
     except IdempotencyError as error:
-        seen.outcome = signals.refusal(error.code)
+        seen.refused(error)
         raise
     except BaseException:
-        seen.outcome, seen.stored = signals.EXECUTED, False
+        seen.raised()
         raise
     finally:
         seen.send()
@@ -180,35 +180,6 @@ def _ttl(value: float | timedelta | None) -> timedelta:
     if ttl <= timedelta(0):
         raise ValueError(f"An idempotent call's ttl must be positive, got {value!r}.")
     return ttl
-
-
-@dataclass
-class _Seen:
-    origin: str
-    key_digest: str
-    run: Run
-    started: float = field(default_factory=time.monotonic)
-    outcome: str | None = None
-    stored: bool | None = None
-
-    def send(self) -> None:
-        if self.outcome is None:
-            return
-        signals.send(
-            signals.outcome,
-            sender=self.origin,
-            outcome=self.outcome,
-            method=None,
-            route=None,
-            status=None,
-            stored=self.stored,
-            source="database" if self.outcome == signals.REPLAYED else None,
-            protocol=self.run.protocol,
-            claim_seconds=self.run.claim_seconds,
-            waited_seconds=self.run.waited_seconds,
-            total_seconds=time.monotonic() - self.started,
-            key_digest=self.key_digest,
-        )
 
 
 __all__ = ["IdempotentCall", "idempotent_call", "idempotent_function", "namespaced"]

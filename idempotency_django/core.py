@@ -8,7 +8,6 @@ a request idempotent happens here and in :mod:`.execution`.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -111,13 +110,16 @@ def protect(
     authenticated, and again after the view, to catch a view that authenticates
     on its own (then the tenant the claim used was not the caller's).
     """
-    seen = Observation(request)
+    match = getattr(request, "resolver_match", None)
+    route = match.view_name if match is not None else None
+    seen = signals.Observation("http", request.method, route)
     try:
         response = _protect(request, policy, tenant_of, call_view, seen)
-        seen.answered(response)
+        seen.answered(response.status_code)
         return response
     except IdempotencyError as error:
         seen.refused(error)
+        seen.answered(error.status)
         raise
     except BaseException:
         seen.raised()
@@ -131,7 +133,7 @@ def _protect(
     policy: Policy,
     tenant_of: TenantOf,
     call_view: ViewCall,
-    seen: Observation,
+    seen: signals.Observation,
 ) -> HttpResponse:
     with store_errors():  # a resolver may load the session's user from the database
         tenant = check_tenant(tenant_of())
@@ -150,7 +152,7 @@ def _keyed(
     policy: Policy,
     tenant_of: TenantOf,
     call_view: ViewCall,
-    seen: Observation,
+    seen: signals.Observation,
 ) -> HttpResponse:
     tenant = context.tenant
     context.key = extract_key(request, policy)
@@ -185,7 +187,7 @@ def check_tenant(tenant: object) -> str:
 
 
 def run(
-    context: IdempotencyContext, policy: Policy, call_view: ViewCall, seen: Observation
+    context: IdempotencyContext, policy: Policy, call_view: ViewCall, seen: signals.Observation
 ) -> HttpResponse:
     """Replay a final answer, or claim the key and execute the view once."""
     assert context.key is not None
@@ -333,60 +335,6 @@ def store_errors() -> Iterator[None]:
         yield
     except (OperationalError, InterfaceError) as exc:
         raise translate(exc) from exc
-
-
-class Observation:
-    """What one protected request did, sent as one ``signals.outcome`` at the end."""
-
-    def __init__(self, request: HttpRequest) -> None:
-        self.started = time.monotonic()
-        self.method = request.method
-        match = getattr(request, "resolver_match", None)
-        self.route: str | None = match.view_name if match is not None else None
-        self.skip = False
-        self.outcome: str | None = None
-        self.status: int | None = None
-        self.stored: bool | None = None
-        self.source: str | None = None
-        self.slot: Run | None = None  # the claim's timings, once one was tried
-        self.key_digest: str | None = None
-
-    def replayed(self, source: str) -> None:
-        self.outcome, self.source = signals.REPLAYED, source
-
-    def executed(self, stored: bool) -> None:
-        self.outcome, self.stored = signals.EXECUTED, stored
-
-    def refused(self, error: IdempotencyError) -> None:
-        self.outcome, self.status = signals.refusal(error.code), error.status
-
-    def raised(self) -> None:
-        if self.outcome is None and self.slot is not None:
-            self.executed(stored=False)  # the view raised: rolled back, key freed
-
-    def answered(self, response: HttpResponse) -> None:
-        self.status = response.status_code
-        if self.outcome is None:
-            self.executed(stored=True)
-
-    def send(self) -> None:
-        if self.skip or self.outcome is None:
-            return
-        signals.send(
-            signals.outcome,
-            sender="http",
-            outcome=self.outcome,
-            method=self.method,
-            route=self.route,
-            status=self.status,
-            stored=self.stored,
-            source=self.source,
-            protocol=None if self.slot is None else self.slot.protocol,
-            claim_seconds=None if self.slot is None else self.slot.claim_seconds,
-            waited_seconds=0.0 if self.slot is None else self.slot.waited_seconds,
-            total_seconds=time.monotonic() - self.started,
-            key_digest=self.key_digest,
-        )
 
 
 __all__ = [

@@ -27,9 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any, Final
+import time
+from typing import TYPE_CHECKING, Any, Final
 
 from django.dispatch import Signal
+
+if TYPE_CHECKING:
+    from idempotency_django.exceptions import IdempotencyError
+    from idempotency_django.execution import Run
 
 logger = logging.getLogger("idempotency_django")
 
@@ -81,6 +86,68 @@ def key_digest(tenant: str, key: str) -> str:
     """A short, stable SHA-256 prefix of (tenant, key) for logs: never the key itself."""
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+class Observation:
+    """What one protected request, task or call did: sent as one :data:`outcome` at its end.
+
+    Both adapters (``core`` for HTTP, ``calls`` for tasks and calls) record into
+    one of these, so the signal's fields mean the same thing whoever sends it.
+    """
+
+    def __init__(
+        self,
+        sender: str,
+        method: str | None = None,
+        route: str | None = None,
+        key_digest: str | None = None,
+    ) -> None:
+        self.sender, self.method, self.route, self.key_digest = sender, method, route, key_digest
+        self.started = time.monotonic()
+        self.skip = False  # no key, optional: the request passed through unprotected
+        self.outcome: str | None = None
+        self.status: int | None = None
+        self.stored: bool | None = None
+        self.source: str | None = None
+        self.slot: Run | None = None  # the claim's timings, once one was tried
+
+    def replayed(self, source: str) -> None:
+        self.outcome, self.source = REPLAYED, source
+
+    def executed(self, stored: bool) -> None:
+        self.outcome, self.stored = EXECUTED, stored
+
+    def refused(self, error: IdempotencyError) -> None:
+        self.outcome = refusal(error.code)
+
+    def raised(self) -> None:
+        if self.outcome is None and self.slot is not None:
+            self.executed(stored=False)  # the body raised: rolled back, key freed
+
+    def answered(self, status: int | None) -> None:
+        self.status = status
+        if self.outcome is None:
+            self.executed(stored=True)
+
+    def send(self) -> None:
+        if self.skip or self.outcome is None:
+            return
+        slot = self.slot
+        send(
+            outcome,
+            sender=self.sender,
+            outcome=self.outcome,
+            method=self.method,
+            route=self.route,
+            status=self.status,
+            stored=self.stored,
+            source=self.source,
+            protocol=None if slot is None else slot.protocol,
+            claim_seconds=None if slot is None else slot.claim_seconds,
+            waited_seconds=0.0 if slot is None else slot.waited_seconds,
+            total_seconds=time.monotonic() - self.started,
+            key_digest=self.key_digest,
+        )
 
 
 # Outbox (``idempotency_django.outbox``): sent with ``sender`` ``"fast"`` (the

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = os.environ.get("SECRET_KEY", "sample-project-not-secret")
@@ -115,7 +116,10 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
 CELERY_TASK_ALWAYS_EAGER = "CELERY_BROKER_URL" not in os.environ
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+if django.VERSION >= (6, 1):  # MAILERS replaces EMAIL_BACKEND from Django 6.1
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 WEBHOOK_SECRET = os.environ.get("WEBHOOK_SECRET", "sample-webhook-secret")
 
 # Load the Celery app with the settings (Celery's Django guide does it in the

@@ -459,6 +459,17 @@ def test_a_call_that_raises_is_executed_and_discarded(recorder: Recorder) -> Non
     expect(call_outcome(recorder), outcome="executed", stored=False)
 
 
+def test_a_replayed_call_whose_caller_raises_is_still_a_replay(recorder: Recorder) -> None:
+    key = new_key()
+    with idempotent_call(key, scope="signals") as call:
+        call.result = {"ok": True}
+    recorder.take("outcome")
+    with pytest.raises(RuntimeError), idempotent_call(key, scope="signals") as call:
+        assert call.replayed
+        raise RuntimeError("the caller failed after reading the stored result")
+    expect(call_outcome(recorder), outcome="replayed", stored=None, source="database")
+
+
 # --- Lifecycle paths ---------------------------------------------------------------------
 
 
