@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bench import scratch
 from bench.measure import Series, per_round
 from bench.report import Report, Row, Target
+from tests.system.harness import with_database
 
 if TYPE_CHECKING:
     from bench.http_cases import Storms
@@ -152,7 +153,7 @@ def _run(url: str, args: argparse.Namespace, report: Report) -> None:
     from bench import inprocess
 
     series, counts, observed = inprocess.run(
-        scratch.database_url(url, scratch.MAIN), args.rounds, args.requests
+        with_database(url, scratch.MAIN), args.rounds, args.requests
     )
     _side_by_side(report, series)
     _where_it_goes(report, series)
@@ -385,11 +386,11 @@ def _over_http(url: str, args: argparse.Namespace, report: Report, redis: bool) 
     from bench.floor import floor_samples
 
     env = http_cases.environment(url, scratch.MAIN)
-    floor_url = scratch.database_url(url, scratch.MAIN)
-    with http_cases.served(args.workers, env) as server:
+    floor_url = with_database(url, scratch.MAIN)
+    with http_cases.served(args.workers, env) as client:
         with floor_samples(floor_url) as floors:
-            s = http_cases.sequential(server, redis, args.rounds, args.http_requests, floors)
-        storms = http_cases.storms(server, redis, args.rounds)
+            s = http_cases.sequential(client, redis, args.rounds, args.http_requests, floors)
+        storms = http_cases.storms(client, redis, args.rounds)
     note = f"{args.workers} workers"
     report.timing(
         HTTP, "http_unprotected", "unprotected view (reference)", s["http_unprotected"], note
@@ -455,9 +456,9 @@ def _storms(report: Report, storms: Storms) -> None:
 def _scale(url: str, args: argparse.Namespace, report: Report) -> None:
     from bench import scale
 
-    scale_url = scratch.database_url(url, scratch.SCALE)
+    scale_url = with_database(url, scratch.SCALE)
     seconds = scratch.load_entries(scale_url, args.scale_rows)
-    scratch.truncate_entries(scratch.database_url(url, scratch.MAIN))
+    scratch.truncate_entries(with_database(url, scratch.MAIN))
     s = scale.run(args.scale_rows, args.rounds, args.requests)
     rows = f"{args.scale_rows:,}"
     sizes = scratch.sizes(scale_url)

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,8 +20,10 @@ from pathlib import Path
 from bench.holding import Holder
 from bench.inprocess import BODY, PROTOCOLS
 from bench.measure import Sample, Series, sweep
+from tests.system.harness import Gunicorn
 
 ROOT = Path(__file__).resolve().parent.parent
+APP = "bench.wsgi:application"
 STORM = 64
 
 
@@ -34,42 +33,27 @@ class Answer:
     replayed: bool
 
 
-class Server:
-    """``gunicorn bench.wsgi`` on a free port of 127.0.0.1."""
+@contextmanager
+def served(workers: int, env: dict[str, str]) -> Iterator[Client]:
+    """``gunicorn bench.wsgi`` on a free port of 127.0.0.1 (the system tier's runner), a client."""
+    server = Gunicorn(
+        APP,
+        env,
+        ready=("/ping/", 204),
+        workers=workers,
+        options=("--timeout=300",),
+        backlog=256,
+        ready_within=60,
+    )
+    with server:
+        yield Client(server.port)
 
-    def __init__(self, workers: int, env: dict[str, str]) -> None:
-        self.workers = workers
-        self.env = env
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
-        command += ["--workers", str(self.workers), "--bind", f"127.0.0.1:{self.port}"]
-        command += ["--backlog", "256", "--log-level", "warning", "--timeout", "300"]
-        self.process = subprocess.Popen(command, cwd=ROOT, env=self.env)
-        deadline = time.monotonic() + 60
-        while not self._answers():
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError("gunicorn did not start serving bench.wsgi")
-            time.sleep(0.1)
+class Client:
+    """One connection per request; reads only the status and the replay header."""
 
-    def _answers(self) -> bool:
-        try:
-            return self.request("GET", "/ping/", None).status == 204
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self.process = None
+    def __init__(self, port: int) -> None:
+        self.port = port
 
     def request(
         self, method: str, path: str, key: str | None, release: str = "/nonexistent"
@@ -90,28 +74,11 @@ class Server:
         return self.request("POST", path, key)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def served(workers: int, env: dict[str, str]) -> Iterator[Server]:
-    server = Server(workers, env)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 class Sequential:
     """One request at a time: latency of each path, next to the unprotected reference."""
 
-    def __init__(self, server: Server, with_redis: bool) -> None:
-        self.server = server
+    def __init__(self, client: Client, with_redis: bool) -> None:
+        self.client = client
         self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
         paths = ("/cached/", "/cached-before/") if with_redis else ()
         self.cached = {path: self._first(path) for path in paths}
@@ -121,15 +88,15 @@ class Sequential:
 
     def _first(self, path: str) -> str:
         key = str(uuid.uuid4())
-        _check(self.server.post(path, key), 201, replayed=False)
+        _check(self.client.post(path, key), 201, replayed=False)
         return key
 
     def _held(self, path: str, key: str, release: str) -> int:
-        return self.server.request("POST", path, key, release).status
+        return self.client.request("POST", path, key, release).status
 
     def _timed(self, path: str, key: str, status: int = 201, replayed: bool = False) -> float:
         started = time.perf_counter()
-        answer = self.server.post(path, key)
+        answer = self.client.post(path, key)
         elapsed = time.perf_counter() - started
         _check(answer, status, replayed)
         return elapsed
@@ -167,10 +134,10 @@ def _check(answer: Answer, status: int, replayed: bool) -> None:
 
 
 def sequential(
-    server: Server, with_redis: bool, rounds: int, per_round: int, others: dict[str, Sample]
+    client: Client, with_redis: bool, rounds: int, per_round: int, others: dict[str, Sample]
 ) -> dict[str, Series]:
     """The HTTP cases, interleaved with ``others`` (the floor) so that ratios share rounds."""
-    cases = Sequential(server, with_redis)
+    cases = Sequential(client, with_redis)
     samples: dict[str, Sample] = {
         "http_unprotected": cases.first("/unprotected/"),
         **{f"http_{p}": cases.protected(p) for p in PROTOCOLS},
@@ -189,21 +156,21 @@ def sequential(
         cases.close()
 
 
-def storm(server: Server, path: str, keys: list[str]) -> tuple[float, list[Answer]]:
+def storm(client: Client, path: str, keys: list[str]) -> tuple[float, list[Answer]]:
     """All requests released at once; seconds until the last one has its answer."""
     answers: list[Answer | None] = [None] * len(keys)
     finished = [0.0] * len(keys)
     go = threading.Event()
 
-    def client(index: int) -> None:
+    def send(index: int) -> None:
         go.wait()
         try:
-            answers[index] = server.post(path, keys[index])
+            answers[index] = client.post(path, keys[index])
         except OSError:
             answers[index] = Answer(0, False)
         finished[index] = time.perf_counter()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(keys))]
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(keys))]
     for thread in threads:
         thread.start()
     time.sleep(0.05)  # every thread waiting on the event
@@ -242,12 +209,12 @@ class Storms:
     executions: list[int]
 
 
-def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
+def storms(client: Client, with_redis: bool, rounds: int) -> Storms:
     """64 concurrent requests: one new key, 64 distinct unprotected, retries of a done key."""
     from tests.testapp.models import Charge
 
-    done = _completed(server, "/lock/")
-    cached = _completed(server, "/cached/") if with_redis else ""
+    done = _completed(client, "/lock/")
+    cached = _completed(client, "/cached/") if with_redis else ""
     kinds: dict[str, tuple[str, Callable[[], list[str]]]] = {
         "storm_lock": ("/lock/", lambda: [str(uuid.uuid4())] * STORM),
         "storm_lease": ("/lease/", lambda: [str(uuid.uuid4())] * STORM),
@@ -260,7 +227,7 @@ def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
     for _ in range(rounds):
         for kind, (path, make_keys) in kinds.items():
             keys = make_keys()
-            elapsed, answers = storm(server, path, keys)
+            elapsed, answers = storm(client, path, keys)
             result.series[kind].rounds.append([elapsed])
             for status, count in statuses(answers).items():
                 result.answers.setdefault(kind, {}).setdefault(status, 0)
@@ -270,7 +237,7 @@ def storms(server: Server, with_redis: bool, rounds: int) -> Storms:
     return result
 
 
-def _completed(server: Server, path: str) -> str:
+def _completed(client: Client, path: str) -> str:
     key = str(uuid.uuid4())
-    _check(server.post(path, key), 201, replayed=False)
+    _check(client.post(path, key), 201, replayed=False)
     return key

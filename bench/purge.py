@@ -28,9 +28,10 @@ from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from bench import scratch
+from tests.system.harness import ScratchDatabase
 
 ALIAS = "bench_purge"
 DATABASE = scratch.PURGE
@@ -58,15 +59,14 @@ Windows = list[tuple[float, float]]
 
 def main() -> dict[str, float]:
     """Run the benchmark, print its table and return its figures."""
-    server = _server_url()
+    database = ScratchDatabase(_server_url(), DATABASE)
     _setup_django()
-    _admin_execute(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    _admin_execute(server, f"CREATE DATABASE {DATABASE}")
+    database.create(migrate=False)
     try:
         figures = _run()
     finally:
         _close()
-        _admin_execute(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        database.drop()
     print(_table(figures))
     return figures
 
@@ -92,14 +92,6 @@ def _setup_django() -> None:
     django.setup()
     if ALIAS not in connections.settings:
         connections.settings[ALIAS] = {**connections.settings["default"], "NAME": DATABASE}
-
-
-def _admin_execute(server: str, statement: str) -> None:
-    import psycopg
-
-    admin = urlunsplit(urlsplit(server)._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(statement.encode())
 
 
 def _close() -> None:

@@ -1,6 +1,8 @@
-"""The scratch databases: created, migrated, bulk-loaded and dropped by the benchmark.
+"""The benchmark's scratch databases: their names, and the rows bulk-loaded into them.
 
 ``DATABASE_URL`` only names the server: the database it names is never touched.
+Creating and dropping them is the system tier's ``ScratchDatabase``
+(``tests.system.harness``); the benchmark migrates them with its own settings.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
+
+from tests.system.harness import ScratchDatabase, with_database
 
 # The process id in the name: two runs at once (two checkouts, two agents) never
 # drop each other's database; every name starts with idem_bench_.
@@ -31,7 +35,7 @@ def server_url() -> str:
     if urlsplit(url).scheme not in ("postgres", "postgresql"):
         raise PostgresMissing("DATABASE_URL is not set to a postgres:// URL")
     try:
-        with psycopg.connect(database_url(url, "postgres"), connect_timeout=5) as conn:
+        with psycopg.connect(with_database(url, "postgres"), connect_timeout=5) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -40,13 +44,8 @@ def server_url() -> str:
     return url
 
 
-def database_url(url: str, name: str) -> str:
-    """``url`` pointing at another database of the same server."""
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
 def server_version(url: str) -> str:
-    with psycopg.connect(database_url(url, "postgres")) as conn:
+    with psycopg.connect(with_database(url, "postgres")) as conn:
         row = conn.execute("SHOW server_version").fetchone()
     return str(row[0]).split()[0] if row else "?"
 
@@ -54,19 +53,14 @@ def server_version(url: str) -> str:
 @contextmanager
 def databases(url: str, names: list[str]) -> Iterator[None]:
     """Fresh, empty ``names`` for the duration of the block; dropped afterwards."""
-    for name in names:
-        _admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        _admin(url, f"CREATE DATABASE {name}")
+    scratch = [ScratchDatabase(url, name) for name in names]
+    for database in scratch:
+        database.create(migrate=False)
     try:
         yield
     finally:
-        for name in names:
-            _admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def _admin(url: str, statement: str) -> None:
-    with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
-        conn.execute(statement.encode())
+        for database in scratch:
+            database.drop()
 
 
 # Completed entries of realistic size, spread over 1,000 tenants and the last day,

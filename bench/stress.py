@@ -5,6 +5,8 @@ requests) while a monkey SIGKILLs workers and terminates PostgreSQL backends
 mid-transaction; then targeted kills, terminations, purges and requests that
 outlive their lease; then the database cut away behind a proxy. Prints the
 table and exits 1 if a single key committed twice or a single answer broke SPEC.
+The tools, scenarios and judge are the system tier's (``tests.system.harness``,
+``tests.system.chaos``): this is its long run.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/idempotency python -m bench.stress
 
@@ -25,10 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench import chaos
-from bench.chaos import Gunicorn, Monkey, Outcome, ScratchDatabase, StormPlan, TcpProxy, Verdict
+from tests.system import chaos
+from tests.system.chaos import Outcome, StormPlan, Verdict
+from tests.system.harness import (
+    Monkey,
+    SampleServer,
+    ScratchDatabase,
+    TcpProxy,
+    new_keys,
+    with_port,
+)
 
-Scenario = Callable[[Gunicorn, ScratchDatabase, str], Outcome]
+Scenario = Callable[[SampleServer, ScratchDatabase, str], Outcome]
 TARGETED: dict[str, Scenario] = {
     "kill": chaos.kill_mid_work,
     "terminate": chaos.terminate_mid_transaction,
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.stress needs DATABASE_URL=postgres://… (the server only)", file=sys.stderr)
         return 2
     run = Run(args)
-    database = ScratchDatabase(url, "stress")
+    database = ScratchDatabase.tagged(url, "stress")
     database.create()
     try:
         with tempfile.TemporaryDirectory(prefix="idem_sys_stress_") as logs:
@@ -104,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def exercise(run: Run, database: ScratchDatabase, url: str, logs: Path) -> None:
     args = run.args
-    with chaos.serving(database.url, logs / "gunicorn.log", args.workers, args.lease) as server:
+    with SampleServer(database.url, logs / "gunicorn.log", args.workers, args.lease) as server:
         storm_under_monkey(run, server, database)
         targeted(run, server, database)
     outage(run, database, url, logs)
 
 
-def storm_under_monkey(run: Run, server: Gunicorn, database: ScratchDatabase) -> None:
+def storm_under_monkey(run: Run, server: SampleServer, database: ScratchDatabase) -> None:
     args = run.args
     with Monkey(server, database, args.monkey, seed=args.seed) as monkey:
         for round_ in range(args.rounds):
@@ -128,9 +138,9 @@ def storm_under_monkey(run: Run, server: Gunicorn, database: ScratchDatabase) ->
     run.terminated += monkey.terminated
 
 
-def targeted(run: Run, server: Gunicorn, database: ScratchDatabase) -> None:
+def targeted(run: Run, server: SampleServer, database: ScratchDatabase) -> None:
     for name, scenario in TARGETED.items():
-        for key in chaos.new_keys(run.args.targeted, name):
+        for key in new_keys(run.args.targeted, name):
             run.count(scenario(server, database, key))
         progress(run, f"targeted {name} x{run.args.targeted}")
 
@@ -138,9 +148,9 @@ def targeted(run: Run, server: Gunicorn, database: ScratchDatabase) -> None:
 def outage(run: Run, database: ScratchDatabase, url: str, logs: Path) -> None:
     proxy = TcpProxy(urlsplit(url).port or 5432)
     try:
-        proxied = chaos.with_port(database.url, proxy.port)
-        with chaos.serving(proxied, logs / "proxied.log", 2, run.args.lease) as server:
-            run.count(chaos.database_outage(server, proxy, database, chaos.new_keys(50, "outage")))
+        proxied = with_port(database.url, proxy.port)
+        with SampleServer(proxied, logs / "proxied.log", 2, run.args.lease) as server:
+            run.count(chaos.database_outage(server, proxy, database, new_keys(50, "outage")))
             run.outages += 1
     finally:
         proxy.close()
@@ -185,7 +195,15 @@ def report(run: Run) -> str:
         ("verdict", "PASS" if run.ok else "FAIL"),
     ]
     details = [*verdict.broken(), *run.problems[:20]]
-    return "\n".join([chaos.table(rows), *details])
+    return "\n".join([table(rows), *details])
+
+
+def table(rows: list[tuple[str, object]]) -> str:
+    """A two-column plain-text table."""
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    rule = "-" * max(len(line) for line in lines)
+    return "\n".join([rule, *lines, rule])
 
 
 if __name__ == "__main__":

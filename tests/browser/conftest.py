@@ -82,9 +82,9 @@ def sample_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         subprocess.run(migrate, env=_environment(url), check=True, cwd=ROOT)
         yield url
         return
-    from bench.chaos import ScratchDatabase
+    from tests.system.harness import ScratchDatabase
 
-    database = ScratchDatabase(settings.DATABASE_URL, "browser")
+    database = ScratchDatabase.tagged(settings.DATABASE_URL, "browser")
     database.create()
     try:
         yield database.url

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the tests read besides the package: the docs build and its includes, the sample.
-TREES = ("tests", "sample_project", "bench", "docs")
+TREES = ("tests", "sample_project", "docs")
 FILES = ("manage.py", "pyproject.toml", "README.rst", "CHANGELOG.rst")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.sqlite3", "results", "_build")
 

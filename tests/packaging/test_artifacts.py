@@ -56,7 +56,7 @@ def test_wheel_holds_the_whole_package_its_licence_and_no_tests(dist: Dist) -> N
 
 
 def test_sdist_holds_the_package_and_its_licence_but_not_the_tests(dist: Dist) -> None:
-    # The suite needs the repository around it (tests/testapp, sample_project, bench)
+    # The suite needs the repository around it (tests/testapp, sample_project, docs)
     # and services: it is run from a clone (docs/contributing.rst), never half-shipped.
     names = sdist_names(dist)
     assert {"LICENSE", "README.rst", "CHANGELOG.rst", "pyproject.toml", "PKG-INFO"} <= names

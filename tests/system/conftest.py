@@ -9,26 +9,23 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from bench import chaos
-from bench.chaos import Gunicorn, ScratchDatabase
 from tests.conftest import service_missing
+from tests.system.harness import SampleServer, ScratchDatabase
 
 LEASE = 8  # seconds: long enough that "409 until the lease passes" is seen, short to wait out
 WORKERS = 4
-SERVED_SETTINGS = "tests.system.served_settings"
 
 
 @pytest.fixture(scope="session")
 def scratch() -> Iterator[ScratchDatabase]:
     if importlib.util.find_spec("gunicorn") is None:
         service_missing("gunicorn is not installed")
-    database = ScratchDatabase(settings.DATABASE_URL, "test")
+    database = ScratchDatabase.tagged(settings.DATABASE_URL, "test")
     database.create()
     try:
         yield database
@@ -46,21 +43,8 @@ def protocol(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@contextmanager
-def serving_protocol(protocol: str) -> Iterator[None]:
-    """Servers started inside read ``protocol`` from the environment they inherit."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(chaos, "SETTINGS", SERVED_SETTINGS)
-        patch.setenv("IDEMPOTENCY_PROTOCOL", protocol)
-        yield
-
-
 @pytest.fixture(scope="session")
-def server(scratch: ScratchDatabase, logs: Path, protocol: str) -> Iterator[Gunicorn]:
-    gunicorn = Gunicorn(scratch.url, logs / f"server-{protocol}.log", workers=WORKERS, lease=LEASE)
-    try:
-        with serving_protocol(protocol):
-            gunicorn.start()
+def server(scratch: ScratchDatabase, logs: Path, protocol: str) -> Iterator[SampleServer]:
+    log = logs / f"server-{protocol}.log"
+    with SampleServer(scratch.url, log, WORKERS, LEASE, protocol) as gunicorn:
         yield gunicorn
-    finally:
-        gunicorn.stop()

@@ -1,17 +1,25 @@
-"""The crash scenarios as the "lock" protocol must pass them (``bench.chaos`` has "lease"'s).
+"""The crash scenarios as the "lock" protocol must pass them ("lease"'s: ``tests.system.chaos``).
 
 Under "lock" the claim is the first statement of the view's transaction: while
 a request runs, no entry is visible; a crash is a plain rollback, so there is no
 abandoned claim, nothing for the retry to wait for and nothing for purge.
-Each scenario returns what broke, as ``bench.chaos``'s do (empty: the promise held).
+Each scenario returns what broke, as ``tests.system.chaos``'s do (empty: the promise held).
 """
 
 from __future__ import annotations
 
 import time
 
-from bench import chaos
-from bench.chaos import Answer, Gunicorn, Outcome, ScratchDatabase, Verdict, expect
+from tests.system import chaos
+from tests.system.chaos import Outcome, Verdict, expect
+from tests.system.harness import (
+    SHORT_LEASE_CHARGES,
+    Answer,
+    SampleServer,
+    ScratchDatabase,
+    charge,
+    manage,
+)
 
 
 def in_flight_entry(database: ScratchDatabase, key: str, protocol: str) -> list[str]:
@@ -35,7 +43,7 @@ def gone(database: ScratchDatabase, pid: int, within: float = 10) -> bool:
     return True
 
 
-def kill_mid_work(server: Gunicorn, database: ScratchDatabase, key: str) -> Outcome:
+def kill_mid_work(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
     """SIGKILL between the charge's INSERT and COMMIT: nothing left; the retry runs at once."""
     flight = chaos.start_slow(server.port, database, key)
     assert flight.backend is not None
@@ -47,7 +55,7 @@ def kill_mid_work(server: Gunicorn, database: ScratchDatabase, key: str) -> Outc
     problems += expect(gone(database, flight.backend.pid), f"{key}: its backend lives on")
     problems += nothing_left(database, key)
     started = time.monotonic()
-    answers = [chaos.charge(server.port, key, flight.path)]
+    answers = [charge(server.port, key, flight.path)]
     took = time.monotonic() - started
     first = answers[0]
     problems += expect(
@@ -55,12 +63,12 @@ def kill_mid_work(server: Gunicorn, database: ScratchDatabase, key: str) -> Outc
         f"{key}: the first retry got {first.status} (replayed: {first.replayed}), not a run",
     )
     problems += expect(took < server.lease, f"{key}: the retry took {took:.1f}s")
-    answers.append(chaos.charge(server.port, key, flight.path))
+    answers.append(charge(server.port, key, flight.path))
     problems += chaos.executed_once(database, key, answers)
     return Outcome("kill", key, 1 + len(answers), problems)
 
 
-def purge_after_kill(server: Gunicorn, database: ScratchDatabase, key: str) -> Outcome:
+def purge_after_kill(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
     """A killed worker, nobody retrying: nothing for purge to reclaim; the key runs as new."""
     flight = chaos.start_slow(server.port, database, key)
     assert flight.backend is not None
@@ -68,8 +76,8 @@ def purge_after_kill(server: Gunicorn, database: ScratchDatabase, key: str) -> O
     flight.answer()
     problems = expect(gone(database, flight.backend.pid), f"{key}: its backend lives on")
     problems += nothing_left(database, key)
-    report = chaos.manage(database.url, "purge_idempotency")
-    answers = [chaos.charge(server.port, key, flight.path) for _ in range(2)]
+    report = manage(database.url, "purge_idempotency")
+    answers = [charge(server.port, key, flight.path) for _ in range(2)]
     problems += expect(answers[0].status == 201 and not answers[0].replayed, f"{key}: not new")
     problems += expect(bool(report), "purge printed nothing")
     problems += chaos.executed_once(database, key, answers)
@@ -77,20 +85,20 @@ def purge_after_kill(server: Gunicorn, database: ScratchDatabase, key: str) -> O
 
 
 def outlive_lease(
-    server: Gunicorn, database: ScratchDatabase, key: str, work: float = 12
+    server: SampleServer, database: ScratchDatabase, key: str, work: float = 12
 ) -> Outcome:
     """A live request past its 2 s lease: no row to see, duplicates 409, purge finds nothing."""
-    flight = chaos.start_slow(server.port, database, key, chaos.SHORT_LEASE_CHARGES, work)
+    flight = chaos.start_slow(server.port, database, key, SHORT_LEASE_CHARGES, work)
     time.sleep(2.5)  # the view's lease (2 s) has passed; under "lock" it has no row to end
-    duplicate = chaos.charge(server.port, key, flight.path)
-    report = chaos.manage(database.url, "purge_idempotency")
+    duplicate = charge(server.port, key, flight.path)
+    report = manage(database.url, "purge_idempotency")
     running = flight.thread is not None and flight.thread.is_alive()
     problems = []
     if running:
         problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
         problems += in_flight_entry(database, key, "lock")
     answers: list[Answer] = [flight.answer(), duplicate]
-    answers.append(chaos.charge(server.port, key, flight.path))
+    answers.append(charge(server.port, key, flight.path))
     problems += expect(answers[0].status == 201, f"{key}: the slow request got {answers[0].status}")
     problems += expect(bool(report), "purge printed nothing")
     problems += chaos.executed_once(database, key, answers)

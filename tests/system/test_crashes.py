@@ -1,7 +1,7 @@
 """A worker killed, a backend terminated, a request outliving its lease: mid-transaction.
 
 Under both protocols: "lease" leaves a killed worker's claim until its lease
-passes (``bench.chaos``'s scenarios); "lock" leaves nothing, so the retry runs at
+passes (``tests.system.chaos``'s scenarios); "lock" leaves nothing, so the retry runs at
 once (``tests.system.scenarios``).
 """
 
@@ -9,38 +9,37 @@ from __future__ import annotations
 
 import pytest
 
-from bench import chaos
-from bench.chaos import Gunicorn, ScratchDatabase
-from tests.system import scenarios
+from tests.system import chaos, scenarios
+from tests.system.harness import SampleServer, ScratchDatabase, charge, new_keys
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
 
 def test_served_protocol_is_in_force(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """Mid-flight, "lease" shows its committed claim and "lock" shows none."""
-    key = chaos.new_keys(1, "proto")[0]
+    key = new_keys(1, "proto")[0]
     flight = chaos.start_slow(server.port, scratch, key, delay=2)
     problems = scenarios.in_flight_entry(scratch, key, protocol)
-    answers = [flight.answer(), chaos.charge(server.port, key, flight.path)]
+    answers = [flight.answer(), charge(server.port, key, flight.path)]
     assert problems + chaos.executed_once(scratch, key, answers) == []
 
 
 def test_killed_worker_commits_nothing_and_its_key_runs_once(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """ "lease": 409 until the lease passes, then one run. "lock": the first retry runs."""
-    key = chaos.new_keys(1, "kill")[0]
+    key = new_keys(1, "kill")[0]
     scenario = scenarios.kill_mid_work if protocol == "lock" else chaos.kill_mid_work
     assert scenario(server, scratch, key).problems == []
 
 
 def test_purge_after_a_killed_worker(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """ "lease": purge reclaims the claim once its lease passed. "lock": nothing to reclaim."""
-    key = chaos.new_keys(1, "purge")[0]
+    key = new_keys(1, "purge")[0]
     if protocol == "lock":
         outcome = scenarios.purge_after_kill(server, scratch, key)
     else:
@@ -49,15 +48,15 @@ def test_purge_after_a_killed_worker(
 
 
 def test_terminated_backend_is_a_5xx_with_nothing_committed_and_the_retry_runs_once(
-    server: Gunicorn, scratch: ScratchDatabase
+    server: SampleServer, scratch: ScratchDatabase
 ) -> None:
-    outcome = chaos.terminate_mid_transaction(server, scratch, chaos.new_keys(1, "term")[0])
+    outcome = chaos.terminate_mid_transaction(server, scratch, new_keys(1, "term")[0])
     assert outcome.problems == []
 
 
 def test_request_outliving_its_lease_is_neither_taken_over_nor_purged(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
-    key = chaos.new_keys(1, "outlive")[0]
+    key = new_keys(1, "outlive")[0]
     scenario = scenarios.outlive_lease if protocol == "lock" else chaos.outlive_lease
     assert scenario(server, scratch, key).problems == []

@@ -13,9 +13,16 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from bench import chaos
-from bench.chaos import Gunicorn, ScratchDatabase, StormPlan, TcpProxy
-from tests.system.conftest import serving_protocol
+from tests.system import chaos
+from tests.system.chaos import StormPlan
+from tests.system.harness import (
+    CHARGES_TABLE,
+    SampleServer,
+    ScratchDatabase,
+    TcpProxy,
+    new_keys,
+    with_port,
+)
 from tests.system.scenarios import summary
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
@@ -33,26 +40,22 @@ def proxy() -> Iterator[TcpProxy]:
 @pytest.fixture(scope="module")
 def proxied(
     scratch: ScratchDatabase, proxy: TcpProxy, logs: Path, protocol: str
-) -> Iterator[Gunicorn]:
-    url = chaos.with_port(scratch.url, proxy.port)
-    server = Gunicorn(url, logs / f"proxied-{protocol}.log", workers=2, lease=8)
-    try:
-        with serving_protocol(protocol):
-            server.start()
+) -> Iterator[SampleServer]:
+    url = with_port(scratch.url, proxy.port)
+    log = logs / f"proxied-{protocol}.log"
+    with SampleServer(url, log, workers=2, lease=8, protocol=protocol) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_unreachable_database_is_503_nothing_runs_and_service_resumes(
-    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase
+    proxied: SampleServer, proxy: TcpProxy, scratch: ScratchDatabase
 ) -> None:
-    outcome = chaos.database_outage(proxied, proxy, scratch, chaos.new_keys(20, "outage"))
+    outcome = chaos.database_outage(proxied, proxy, scratch, new_keys(20, "outage"))
     assert outcome.problems == []
 
 
 def test_database_cut_mid_storm_duplicates_nothing(
-    proxied: Gunicorn, proxy: TcpProxy, scratch: ScratchDatabase, protocol: str
+    proxied: SampleServer, proxy: TcpProxy, scratch: ScratchDatabase, protocol: str
 ) -> None:
     cut = threading.Thread(target=_cut_once_charged, args=(scratch, proxy), daemon=True)
     cut.start()
@@ -67,7 +70,7 @@ def test_database_cut_mid_storm_duplicates_nothing(
 def _cut_once_charged(scratch: ScratchDatabase, proxy: TcpProxy, count: int = 20) -> None:
     """Cut for 2 s once the storm has committed ``count`` charges: it is mid-flight then."""
     deadline = time.monotonic() + 60
-    query = f"SELECT count(*) FROM {chaos.CHARGES_TABLE} WHERE description LIKE 'cut-%%'"
+    query = f"SELECT count(*) FROM {CHARGES_TABLE} WHERE description LIKE 'cut-%%'"
     while scratch.rows(query)[0][0] < count and time.monotonic() < deadline:
         time.sleep(0.05)
     proxy.cut()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import Gunicorn, Monkey, ScratchDatabase, StormPlan, Verdict, judge, storm
+from tests.system.chaos import StormPlan, Verdict, judge, storm
+from tests.system.harness import Monkey, SampleServer, ScratchDatabase
 from tests.system.scenarios import summary
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
 
 def test_storm_commits_each_key_exactly_once(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """1,000 keys, each sent by 8 concurrent clients, a quarter of them sending again later."""
     answers = storm(server.port, StormPlan(keys=1000, per_key=8, clients=32, seed=6))
@@ -24,7 +25,7 @@ def test_storm_commits_each_key_exactly_once(
 
 
 def test_storm_with_killed_workers_and_terminated_backends(
-    server: Gunicorn, scratch: ScratchDatabase, protocol: str
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     """The bounded twin of ``make stress``: rounds of storms until the monkey has done both."""
     verdicts: list[Verdict] = []
