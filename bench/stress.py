@@ -1,10 +1,12 @@
 """``make stress``: the long reliability run, against the sample project under gunicorn.
 
-Storms of duplicates (by default 12,500 keys x 8 concurrent clients, over 100,000
-requests) while a monkey SIGKILLs workers and terminates PostgreSQL backends
-mid-transaction; then targeted kills, terminations, purges and requests that
-outlive their lease; then the database cut away behind a proxy. Prints the
-table and exits 1 if a single key committed twice or a single answer broke SPEC.
+For each protocol ("lock", then "lease", each served by its own gunicorn):
+storms of duplicates (by default 12,500 keys x 8 concurrent clients, over
+100,000 requests) while a monkey SIGKILLs workers and terminates PostgreSQL
+backends mid-transaction; then targeted kills, terminations, purges and
+requests that outlive their lease (the protocol's own scenarios); then the
+database cut away behind a proxy. Prints the table and exits 1 if a single key
+committed twice or a single answer broke SPEC.
 The tools, scenarios and judge are the system tier's (``tests.system.harness``,
 ``tests.system.chaos``): this is its long run.
 
@@ -21,7 +23,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,14 +38,7 @@ from tests.system.harness import (
     new_keys,
     with_port,
 )
-
-Scenario = Callable[[SampleServer, ScratchDatabase, str], Outcome]
-TARGETED: dict[str, Scenario] = {
-    "kill": chaos.kill_mid_work,
-    "terminate": chaos.terminate_mid_transaction,
-    "purge": chaos.purge_reclaims_abandoned,
-    "outlive": chaos.outlive_lease,
-}
+from tests.system.scenarios import TARGETED
 
 
 @dataclass
@@ -58,15 +52,16 @@ class Run:
     outages: int = 0
     scenarios: int = 0
     problems: list[str] = field(default_factory=list)
+    duplicates: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
-    def count(self, outcome: Outcome) -> None:
+    def count(self, outcome: Outcome, protocol: str) -> None:
         self.scenarios += 1
         self.verdict.requests += outcome.requests
         self.verdict.keys += outcome.keys
         self.killed += outcome.scenario in ("kill", "purge")
         self.terminated += outcome.scenario == "terminate"
-        self.problems += outcome.problems
+        self.problems += [f"[{protocol}] {problem}" for problem in outcome.problems]
 
     @property
     def unexpected(self) -> int:
@@ -91,7 +86,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-share", type=float, default=0.1, help="keys doing 0.2 s of work")
     parser.add_argument("--targeted", type=int, default=3, help="runs of each targeted scenario")
     parser.add_argument("--seed", type=int, default=6)
+    parser.add_argument(
+        "--protocols",
+        type=protocols,
+        default=("lock", "lease"),
+        help='comma-separated, each run in full (default "lock,lease")',
+    )
     return parser.parse_args(argv)
+
+
+def protocols(value: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = sorted(set(chosen) - set(TARGETED))
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(TARGETED)}; got {value!r}")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,13 +123,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def exercise(run: Run, database: ScratchDatabase, url: str, logs: Path) -> None:
     args = run.args
-    with SampleServer(database.url, logs / "gunicorn.log", args.workers, args.lease) as server:
-        storm_under_monkey(run, server, database)
-        targeted(run, server, database)
-    outage(run, database, url, logs)
+    for protocol in args.protocols:
+        before = run.verdict.duplicates_committed
+        log = logs / f"gunicorn-{protocol}.log"
+        with SampleServer(database.url, log, args.workers, args.lease, protocol) as server:
+            storm_under_monkey(run, server, database, protocol)
+            targeted(run, server, database, protocol)
+        outage(run, database, url, logs, protocol)
+        run.duplicates[protocol] = run.verdict.duplicates_committed - before
 
 
-def storm_under_monkey(run: Run, server: SampleServer, database: ScratchDatabase) -> None:
+def storm_under_monkey(
+    run: Run, server: SampleServer, database: ScratchDatabase, protocol: str
+) -> None:
     args = run.args
     with Monkey(server, database, args.monkey, seed=args.seed) as monkey:
         for round_ in range(args.rounds):
@@ -133,28 +148,30 @@ def storm_under_monkey(run: Run, server: SampleServer, database: ScratchDatabase
             )
             verdict = chaos.judge(chaos.storm(server.port, plan), database, chaos=True)
             run.verdict.add(verdict)
-            progress(run, f"storm round {round_ + 1}/{args.rounds}", monkey)
+            progress(run, f"{protocol}: storm round {round_ + 1}/{args.rounds}", monkey)
     run.killed += monkey.killed
     run.terminated += monkey.terminated
 
 
-def targeted(run: Run, server: SampleServer, database: ScratchDatabase) -> None:
-    for name, scenario in TARGETED.items():
+def targeted(run: Run, server: SampleServer, database: ScratchDatabase, protocol: str) -> None:
+    for name, scenario in TARGETED[protocol].items():
         for key in new_keys(run.args.targeted, name):
-            run.count(scenario(server, database, key))
-        progress(run, f"targeted {name} x{run.args.targeted}")
+            run.count(scenario(server, database, key), protocol)
+        progress(run, f"{protocol}: targeted {name} x{run.args.targeted}")
 
 
-def outage(run: Run, database: ScratchDatabase, url: str, logs: Path) -> None:
+def outage(run: Run, database: ScratchDatabase, url: str, logs: Path, protocol: str) -> None:
     proxy = TcpProxy(urlsplit(url).port or 5432)
     try:
         proxied = with_port(database.url, proxy.port)
-        with SampleServer(proxied, logs / "proxied.log", 2, run.args.lease) as server:
-            run.count(chaos.database_outage(server, proxy, database, new_keys(50, "outage")))
+        log = logs / f"proxied-{protocol}.log"
+        with SampleServer(proxied, log, 2, run.args.lease, protocol) as server:
+            keys = new_keys(50, "outage")
+            run.count(chaos.database_outage(server, proxy, database, keys), protocol)
             run.outages += 1
     finally:
         proxy.close()
-    progress(run, "database outage")
+    progress(run, f"{protocol}: database outage")
 
 
 def progress(run: Run, step: str, monkey: Monkey | None = None) -> None:
@@ -174,6 +191,7 @@ def report(run: Run) -> str:
     rows: list[tuple[str, object]] = [
         ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("duration", f"{elapsed:.0f} s"),
+        ("protocols", ", ".join(args.protocols)),
         ("requests", f"{verdict.requests:,}"),
         ("keys", f"{verdict.keys:,}"),
         ("concurrency", f"{args.per_key} clients per key, {args.clients} client threads"),
@@ -187,7 +205,11 @@ def report(run: Run) -> str:
             f"{verdict.originals:,} originals, {verdict.replays:,} replays, "
             f"{verdict.conflicts:,} 409, {verdict.server_errors:,} 5xx, {verdict.dropped:,} dropped",
         ),
-        ("duplicates committed", verdict.duplicates_committed),
+        (
+            "duplicates committed",
+            f"{verdict.duplicates_committed} "
+            f"({', '.join(f'{name}: {n}' for name, n in run.duplicates.items())})",
+        ),
         ("unexpected statuses", run.unexpected),
         ("inconsistent answers", len(verdict.inconsistent)),
         ("unfinished keys", len(verdict.unfinished)),

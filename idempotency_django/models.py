@@ -22,8 +22,9 @@ class IdempotencyEntry(models.Model):
     # Fencing token: every claim gets a fresh one; writes are conditional on it.
     owner = models.UUIDField(default=uuid.uuid4)
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    # Only a custom reason phrase ("Card Declined"); empty means the standard one.
-    response_reason = models.CharField(max_length=255, blank=True, default="")
+    # Only a custom reason phrase ("Card Declined"); empty means the standard one. The
+    # database default lets 0.1.0 servers, mid rolling upgrade, keep inserting claims.
+    response_reason = models.CharField(max_length=255, blank=True, default="", db_default="")
     response_headers = models.JSONField(default=list, blank=True)
     response_body = models.BinaryField(null=True, blank=True)
     locked_until = models.DateTimeField()

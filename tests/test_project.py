@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
+from django.utils.timezone import now
 
 from idempotency_django import idempotent
 from idempotency_django.models import IdempotencyEntry
@@ -26,6 +28,20 @@ def test_no_migration_is_missing() -> None:
     out = StringIO()
     call_command("makemigrations", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_server_still_on_0_1_can_claim_after_migration_0002() -> None:
+    """A rolling upgrade migrates first: 0.1.0's claim INSERT names no response_reason."""
+    table = IdempotencyEntry._meta.db_table
+    columns = "tenant, key, fingerprint, status, owner, response_headers"
+    times = "locked_until, created_at, expires_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}, {times}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ["", "old-server", "f" * 64, "in_progress", uuid.uuid4().hex, "[]", *[now()] * 3],
+        )
+    assert IdempotencyEntry.objects.get(key="old-server").response_reason == ""
 
 
 def test_importing_the_package_needs_no_optional_dependency() -> None:

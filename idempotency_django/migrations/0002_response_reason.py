@@ -12,6 +12,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="idempotencyentry",
             name="response_reason",
-            field=models.CharField(blank=True, default="", max_length=255),
+            field=models.CharField(blank=True, db_default="", default="", max_length=255),
         ),
     ]

@@ -9,6 +9,7 @@ Each scenario returns what broke, as ``tests.system.chaos``'s do (empty: the pro
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tests.system import chaos
 from tests.system.chaos import Outcome, Verdict, expect
@@ -121,3 +122,23 @@ def summary(verdict: Verdict) -> str:
 
 
 __all__ = ["in_flight_entry", "kill_mid_work", "outlive_lease", "purge_after_kill", "summary"]
+
+
+Scenario = Callable[[SampleServer, ScratchDatabase, str], Outcome]
+
+#: The targeted crash scenarios, per served protocol: the system tier runs each
+#: once (``test_crashes.py``), ``make stress`` ``--targeted`` times.
+TARGETED: dict[str, dict[str, Scenario]] = {
+    "lock": {
+        "kill": kill_mid_work,
+        "terminate": chaos.terminate_mid_transaction,
+        "purge": purge_after_kill,
+        "outlive": outlive_lease,
+    },
+    "lease": {
+        "kill": chaos.kill_mid_work,
+        "terminate": chaos.terminate_mid_transaction,
+        "purge": chaos.purge_reclaims_abandoned,
+        "outlive": chaos.outlive_lease,
+    },
+}

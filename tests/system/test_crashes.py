@@ -31,8 +31,7 @@ def test_killed_worker_commits_nothing_and_its_key_runs_once(
 ) -> None:
     """ "lease": 409 until the lease passes, then one run. "lock": the first retry runs."""
     key = new_keys(1, "kill")[0]
-    scenario = scenarios.kill_mid_work if protocol == "lock" else chaos.kill_mid_work
-    assert scenario(server, scratch, key).problems == []
+    assert scenarios.TARGETED[protocol]["kill"](server, scratch, key).problems == []
 
 
 def test_purge_after_a_killed_worker(
@@ -40,23 +39,18 @@ def test_purge_after_a_killed_worker(
 ) -> None:
     """ "lease": purge reclaims the claim once its lease passed. "lock": nothing to reclaim."""
     key = new_keys(1, "purge")[0]
-    if protocol == "lock":
-        outcome = scenarios.purge_after_kill(server, scratch, key)
-    else:
-        outcome = chaos.purge_reclaims_abandoned(server, scratch, key)
-    assert outcome.problems == []
+    assert scenarios.TARGETED[protocol]["purge"](server, scratch, key).problems == []
 
 
 def test_terminated_backend_is_a_5xx_with_nothing_committed_and_the_retry_runs_once(
-    server: SampleServer, scratch: ScratchDatabase
+    server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
-    outcome = chaos.terminate_mid_transaction(server, scratch, new_keys(1, "term")[0])
-    assert outcome.problems == []
+    key = new_keys(1, "term")[0]
+    assert scenarios.TARGETED[protocol]["terminate"](server, scratch, key).problems == []
 
 
 def test_request_outliving_its_lease_is_neither_taken_over_nor_purged(
     server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
     key = new_keys(1, "outlive")[0]
-    scenario = scenarios.outlive_lease if protocol == "lock" else chaos.outlive_lease
-    assert scenario(server, scratch, key).problems == []
+    assert scenarios.TARGETED[protocol]["outlive"](server, scratch, key).problems == []
