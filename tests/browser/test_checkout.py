@@ -135,10 +135,11 @@ def form_posts(browser: webdriver.Chrome) -> tuple[int, list[dict[str, str]]]:
     return posts, redirects
 
 
-def test_swagger_ui_works_offline(
-    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot
+@pytest.mark.parametrize(("page", "name"), [("docs", "swagger-ui"), ("redoc", "redoc")])
+def test_the_api_docs_work_offline(
+    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot, page: str, name: str
 ) -> None:
-    browser.get(f"{sample.url}/api/docs/")
+    browser.get(f"{sample.url}/api/{page}/")
     WebDriverWait(browser, 15).until(
         lambda b: "Sample payments API" in b.find_element(By.TAG_NAME, "body").text
     )
@@ -147,4 +148,4 @@ def test_swagger_ui_works_offline(
     ]
     assert sources
     assert all(str(src).startswith(f"{sample.url}/static/") for src in sources), sources
-    screenshot("swagger-ui")
+    screenshot(name)
