@@ -92,14 +92,14 @@ def idempotent_call(
             target, chosen, conf.WAIT if wait is None else wait, fingerprint.matches, seen.slot
         ) as run:
             if run.replay is not None:
-                call.replayed, call.result = True, codec.loads(run.replay.body)
                 seen.replayed("database")
-                yield call
-                return
+                call.replayed, call.result = True, codec.loads(run.replay.body)
             yield call
-            body = codec.dumps(call.result)
-            run.record(IdempotencyEntry.Status.COMPLETED, StoredResponse(200, _JSON, body))
-            seen.executed(stored=True)
+            if not call.replayed:
+                body = codec.dumps(call.result)
+                run.record(IdempotencyEntry.Status.COMPLETED, StoredResponse(200, _JSON, body))
+        if not call.replayed:
+            seen.executed(stored=True)  # committed: a failed commit raised instead
     except IdempotencyError as error:
         seen.refused(error)
         raise

@@ -18,6 +18,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.core.cache import caches
+from django.db import IntegrityError, connections
 from django.db.models.functions import Now
 from django.dispatch import Signal
 from django.http import HttpResponse
@@ -457,6 +458,23 @@ def test_a_call_that_raises_is_executed_and_discarded(recorder: Recorder) -> Non
     ):
         raise RuntimeError("the body failed")
     expect(call_outcome(recorder), outcome="executed", stored=False)
+
+
+def test_a_call_whose_commit_fails_is_not_reported_stored(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferred constraint, say, fails the commit after the body: nothing was stored."""
+
+    def failing_commit() -> None:
+        raise IntegrityError("a deferred constraint failed at commit")
+
+    key = new_key()
+    with pytest.raises(IntegrityError), idempotent_call(key, scope="signals") as call:
+        monkeypatch.setattr(connections["default"], "commit", failing_commit)
+        call.result = {"ok": True}
+    monkeypatch.undo()
+    expect(call_outcome(recorder), outcome="executed", stored=False)
+    assert not IdempotencyEntry.objects.filter(status=IdempotencyEntry.Status.COMPLETED).exists()
 
 
 def test_a_replayed_call_whose_caller_raises_is_still_a_replay(recorder: Recorder) -> None:
