@@ -27,6 +27,7 @@ from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
     KeyReused,
+    NestedRefusal,
 )
 from idempotency_django.execution import Run, claimed, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
@@ -241,6 +242,8 @@ def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
     def call() -> HttpResponse:
         try:
             response = call_view()
+        except IdempotencyError as exc:  # an inner idempotent_call's, not the client's key
+            raise NestedRefusal(exc) from exc
         except RuntimeError as exc:
             if "durable" not in str(exc):
                 raise

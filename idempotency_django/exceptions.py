@@ -74,3 +74,17 @@ ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
     RequestInProgress,
     StoreUnavailable,
 )
+
+
+class NestedRefusal(RuntimeError):
+    """An idempotent call inside a protected view was refused: the view failed.
+
+    The refusal is about the inner call's key, not the client's: the request
+    fails as any view exception does (rolled back, key freed, nothing stored),
+    instead of answering the client 409/422 about a key it never sent. Catch
+    the inner ``IdempotencyError`` in the view to answer otherwise.
+    """
+
+    def __init__(self, error: IdempotencyError) -> None:
+        super().__init__(f"An idempotent call inside the view was refused ({error.code}): {error}")
+        self.error = error

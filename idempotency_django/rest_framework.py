@@ -246,8 +246,8 @@ class IdempotentMixin(_Base):
         with transaction.atomic(using=database):
             try:
                 response = handler(request, *args, **kwargs)
-            except _NEVER_STORED:
-                raise
+            except (*_NEVER_STORED, IdempotencyError):
+                raise  # an IdempotencyError here is an inner call's: the core fails the view
             except Exception as exc:  # noqa: BLE001  (as dispatch() does)
                 # A non-API exception re-raises here: the core rolls back, frees the key.
                 response = self.handle_exception(exc)
