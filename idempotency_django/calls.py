@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import signals
-from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.conf import MAX_TTL, bounded, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, keyed
@@ -176,10 +176,14 @@ _JSON = [("Content-Type", "application/json")]
 
 
 def _ttl(value: float | timedelta | None) -> timedelta:
-    ttl = conf.TTL if value is None else as_timedelta(value)
-    if ttl <= timedelta(0):
-        raise ValueError(f"An idempotent call's ttl must be positive, got {value!r}.")
-    return ttl
+    if value is None:
+        return conf.TTL
+    try:
+        return bounded(value, MAX_TTL)
+    except ValueError:
+        raise ValueError(
+            f"An idempotent call's ttl must be positive and at most 100 years, got {value!r}."
+        ) from None
 
 
 __all__ = ["IdempotentCall", "idempotent_call", "idempotent_function", "namespaced"]

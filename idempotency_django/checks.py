@@ -12,7 +12,7 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from idempotency_django.conf import as_timedelta
+from idempotency_django.conf import MAX_TTL, MAX_WAIT, as_timedelta, bounded
 
 # RFC 9110 token: the characters a header field name may contain.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -46,35 +46,36 @@ def check_required(value: Any) -> list[CheckMessage]:
     )
 
 
-def _positive_duration(value: Any) -> bool:
+def _within(value: Any, maximum: timedelta = MAX_TTL, *, zero: bool = False) -> bool:
     try:
-        return as_timedelta(value) > timedelta(0)
-    except TypeError:
+        bounded(value, maximum, zero=zero)
+    except (TypeError, ValueError):
         return False
+    return True
 
 
 def check_ttl(value: Any) -> list[CheckMessage]:
-    if _positive_duration(value):
+    if _within(value):
         return []
     return _error(
         "E003",
-        f"IDEMPOTENCY_TTL must be a positive duration, got {value!r}.",
+        f"IDEMPOTENCY_TTL must be a positive duration of at most 100 years, got {value!r}.",
         "Give seconds (e.g. 86400) or a datetime.timedelta.",
     )
 
 
 def check_lease(value: Any) -> list[CheckMessage]:
-    if _positive_duration(value):
+    if _within(value):
         return []
     return _error(
         "E004",
-        f"IDEMPOTENCY_LEASE must be a positive duration, got {value!r}.",
+        f"IDEMPOTENCY_LEASE must be a positive duration of at most 100 years, got {value!r}.",
         "Give seconds (e.g. 60) or a datetime.timedelta.",
     )
 
 
 def check_lease_within_ttl(lease: Any, ttl: Any) -> list[CheckMessage]:
-    if not (_positive_duration(lease) and _positive_duration(ttl)):
+    if not (_within(lease) and _within(ttl)):
         return []
     if as_timedelta(lease) < as_timedelta(ttl):
         return []
@@ -163,24 +164,22 @@ def check_lock_needs_postgres(protocol: Any, alias: str, vendor: str) -> list[Ch
 
 
 def check_wait(value: Any) -> list[CheckMessage]:
-    try:
-        if as_timedelta(value) >= timedelta(0):
-            return []
-    except TypeError:
-        pass
+    if _within(value, MAX_WAIT, zero=True):
+        return []
     return _error(
         "E014",
-        f"IDEMPOTENCY_WAIT must be zero or a positive duration, got {value!r}.",
+        f"IDEMPOTENCY_WAIT must be zero or a positive duration of at most a day, got {value!r}.",
         "Give seconds (e.g. 5) or a datetime.timedelta; 0 answers 409 at once.",
     )
 
 
 def check_idle_timeout(value: Any) -> list[CheckMessage]:
-    if value is None or _positive_duration(value):
+    if value is None or _within(value, MAX_WAIT):
         return []
     return _error(
         "E016",
-        f"IDEMPOTENCY_IDLE_TIMEOUT must be a positive duration or None, got {value!r}.",
+        f"IDEMPOTENCY_IDLE_TIMEOUT must be a positive duration of at most a day, or None, "
+        f"got {value!r}.",
         "Give seconds (e.g. 300) or a datetime.timedelta; None leaves PostgreSQL's own setting.",
     )
 

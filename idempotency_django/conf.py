@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,17 +17,37 @@ DEFAULT_LEASE = timedelta(seconds=60)
 DEFAULT_IDLE_TIMEOUT = timedelta(minutes=5)
 DEFAULT_KEY_MAX_LENGTH = 255
 DEFAULT_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
+# Bounds: an expiry a century away stays inside every database's date range (SQLite
+# turns one past 9999 into NULL); PostgreSQL takes lock and idle timeouts as int ms.
+MAX_TTL = timedelta(days=36_500)
+MAX_WAIT = timedelta(days=1)
 
 TenantResolver = Callable[[HttpRequest], str]
 
 
 def as_timedelta(value: Any) -> timedelta:
-    """Accept seconds (int/float) or a ``timedelta``; raise ``TypeError`` otherwise."""
+    """Seconds (int/float) or a ``timedelta``: ``TypeError`` otherwise, ``ValueError`` if
+    not finite or beyond ``timedelta``'s range."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number of seconds, got {value!r}")
+        try:
+            return timedelta(seconds=value)
+        except OverflowError:
+            raise ValueError(f"{value!r} seconds is out of range") from None
     raise TypeError(f"expected seconds or a timedelta, got {value!r}")
+
+
+def bounded(value: Any, maximum: timedelta, *, zero: bool = False) -> timedelta:
+    """``as_timedelta(value)``, positive (or zero, if ``zero``) and at most ``maximum``."""
+    duration = as_timedelta(value)
+    if duration < timedelta(0) or (duration == timedelta(0) and not zero):
+        raise ValueError(f"expected a {'non-negative' if zero else 'positive'} duration")
+    if duration > maximum:
+        raise ValueError(f"expected at most {maximum.days} days")
+    return duration
 
 
 class Settings:

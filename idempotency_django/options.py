@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.http import HttpRequest
 
-from idempotency_django.conf import TenantResolver, as_timedelta, conf
+from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
 from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
 
 KeyExtractor = Callable[[HttpRequest], "str | None"]
@@ -169,22 +169,24 @@ def _check_instance(name: str, value: object, kind: type) -> None:
 def _wait(value: float | timedelta | None) -> float | None:
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise TypeError(f"@idempotent(wait=...) takes seconds (0 or more), got {value!r}.")
-    return float(value)
+    try:
+        return bounded(value, MAX_WAIT, zero=True).total_seconds()
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"@idempotent(wait=...) takes seconds (0 up to a day) or a timedelta, got {value!r}."
+        ) from None
 
 
 def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
     if value is None:
         return None
     try:
-        duration = as_timedelta(value)
+        return bounded(value, MAX_TTL)
     except TypeError:
         raise TypeError(
             f"@idempotent({name}=...) takes seconds or a timedelta, got {value!r}."
         ) from None
-    if duration <= timedelta(0):
-        raise TypeError(f"@idempotent({name}=...) must be positive, got {value!r}.")
-    return duration
+    except ValueError:
+        raise TypeError(
+            f"@idempotent({name}=...) must be positive and at most 100 years, got {value!r}."
+        ) from None

@@ -30,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django import core
-from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.conf import MAX_TTL, bounded, conf
 from idempotency_django.decorators import EntriesDatabase
 from idempotency_django.exceptions import (
     IdempotencyError,
@@ -214,9 +214,11 @@ class IdempotentMixin(_Base):
         return protected
 
     def _idempotency_policy(self, request: Request, options: Options) -> Policy:
-        ttl = as_timedelta(self.get_idempotency_ttl())
-        if ttl <= timedelta(0):
-            raise ValueError(f"{type(self).__qualname__}.get_idempotency_ttl() must be positive.")
+        try:
+            ttl = bounded(self.get_idempotency_ttl(), MAX_TTL)
+        except ValueError:
+            name = f"{type(self).__qualname__}.get_idempotency_ttl()"
+            raise ValueError(f"{name} must be positive and at most 100 years.") from None
         return replace(
             options.resolve(),
             ttl=ttl,

@@ -29,6 +29,15 @@ def test_defaults_pass() -> None:
         ("IDEMPOTENCY_REQUIRED", "yes", "E002"),
         ("IDEMPOTENCY_TTL", 0, "E003"),
         ("IDEMPOTENCY_TTL", "1 day", "E003"),
+        ("IDEMPOTENCY_TTL", float("nan"), "E003"),
+        ("IDEMPOTENCY_TTL", float("inf"), "E003"),
+        ("IDEMPOTENCY_TTL", 10**12, "E003"),  # SQLite stores an expiry past 9999 as NULL
+        ("IDEMPOTENCY_TTL", 1e300, "E003"),  # beyond timedelta
+        ("IDEMPOTENCY_LEASE", float("nan"), "E004"),
+        ("IDEMPOTENCY_WAIT", float("inf"), "E014"),
+        ("IDEMPOTENCY_WAIT", 30 * 86400, "E014"),  # PostgreSQL's lock_timeout is int ms
+        ("IDEMPOTENCY_IDLE_TIMEOUT", float("nan"), "E016"),
+        ("IDEMPOTENCY_IDLE_TIMEOUT", 30 * 86400, "E016"),
         ("IDEMPOTENCY_LEASE", -1, "E004"),
         ("IDEMPOTENCY_LEASE", None, "E004"),
         ("IDEMPOTENCY_TENANT_RESOLVER", "no.such.function", "E006"),

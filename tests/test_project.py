@@ -70,6 +70,9 @@ def view(request: HttpRequest) -> HttpResponse:
     ("options", "message"),
     [
         ({"ttl": 0}, "positive"),
+        ({"ttl": float("nan")}, "positive and at most 100 years"),
+        ({"ttl": 10**12}, "positive and at most 100 years"),
+        ({"wait": float("inf")}, "0 up to a day"),
         ({"lease": "60"}, "seconds or a timedelta"),
         ({"methods": "POST"}, "takes a list"),
         ({"methods": ["GET", "POST"]}, "safe methods"),
