@@ -13,6 +13,7 @@ from django.utils.translation import ngettext
 
 from idempotency_django import purge
 from idempotency_django.conf import conf
+from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class ExpiredFilter(admin.SimpleListFilter):
 @admin.register(IdempotencyEntry)
 class IdempotencyEntryAdmin(EntryAdminBase):
     list_display = (
-        "key",
+        "readable_key",
         "tenant",
         "status",
         "response_status",
@@ -89,6 +90,10 @@ class IdempotencyEntryAdmin(EntryAdminBase):
         """Releasing deletes an entry, so it takes the model's delete permission."""
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.delete_{opts.model_name}")
+
+    @admin.display(description="key", ordering="key")
+    def readable_key(self, entry: IdempotencyEntry) -> str:
+        return readable(entry.key)  # a task's scope and key apart, not joined by \x1f
 
     @admin.display(boolean=True, description="expired")
     def expired(self, entry: IdempotencyEntry) -> bool:

@@ -20,7 +20,7 @@ from idempotency_django.conf import MAX_TTL, bounded, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, keyed
-from idempotency_django.keys import derive_key
+from idempotency_django.keys import SEPARATOR, derive_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import protocol_for
 from idempotency_django.responses import StoredResponse
@@ -29,7 +29,6 @@ from idempotency_django.store.sql import Target
 
 P = ParamSpec("P")
 R = TypeVar("R")
-SEPARATOR = "\x1f"
 _KEY_MAX = IdempotencyEntry._meta.get_field("key").max_length or 255
 
 

@@ -11,6 +11,8 @@ from django.utils.encoding import force_bytes
 
 from idempotency_django.exceptions import KeyMalformed
 
+# Joins a call's or task's scope to its key (``calls.namespaced``): no header key holds it.
+SEPARATOR = "\x1f"
 _VISIBLE = frozenset(range(0x21, 0x7F))
 _SF_STRING_CHARS = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
 
@@ -79,3 +81,9 @@ def _derivation_secret() -> bytes:
     # Without fallbacks this is SECRET_KEY, as in 0.1: derived keys survive the upgrade.
     fallbacks = list(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
     return force_bytes(fallbacks[-1] if fallbacks else settings.SECRET_KEY)
+
+
+def readable(stored: str) -> str:
+    """A stored key as people read it: ``[scope] key`` for a call's or task's key."""
+    scope, separator, key = stored.partition(SEPARATOR)
+    return f"[{scope}] {key}" if separator else stored

@@ -7,6 +7,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from idempotency_django.keys import readable
+
 
 class IdempotencyEntry(models.Model):
     class Status(models.TextChoices):
@@ -48,7 +50,7 @@ class IdempotencyEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.tenant or '-'}:{self.key} ({self.status})"
+        return f"{self.tenant or '-'}:{readable(self.key)} ({self.status})"
 
     @property
     def is_final(self) -> bool:

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import path, reverse
 from django.utils import timezone
 
+from idempotency_django.calls import namespaced
 from idempotency_django.models import IdempotencyEntry
 from tests.factories import IdempotencyEntryFactory
 
@@ -46,6 +47,13 @@ def test_changelist_renders_the_columns(admin_client: Client) -> None:
     for text in ("order-17", "acme", "Completed", "201", "Expires at", "Created at"):
         assert text in response.content.decode(), text
     assert entry.fingerprint not in response.content.decode()
+
+
+def test_a_task_key_is_shown_with_its_scope_apart(admin_client: Client) -> None:
+    IdempotencyEntryFactory.create(key=namespaced("receipts", "evt_1"))
+    page = admin_client.get(url("changelist")).content.decode()
+    assert "[receipts] evt_1" in page
+    assert "\x1f" not in page
 
 
 @pytest.mark.parametrize(("query", "expected"), [("order-1", {"order-1"}), ("acme", {"order-1"})])

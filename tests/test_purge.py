@@ -260,7 +260,7 @@ def purge_command(*args: str) -> list[str]:
 
 @pytest.mark.django_db
 class TestCommand:
-    def test_prints_one_line_per_kind(self) -> None:
+    def test_prints_one_summary_line(self) -> None:
         make(2, expired=True)
         make(1, abandoned=True)
         assert purge_command() == [

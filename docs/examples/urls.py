@@ -8,5 +8,6 @@ from . import views
 
 urlpatterns = [
     path("charges/", views.create_charge, name="create-charge"),
+    path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("charges/<int:pk>/refunds/", views.RefundView.as_view(), name="create-refund"),
 ]

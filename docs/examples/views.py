@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from idempotency_django import IdempotentRequest, idempotent
 
@@ -42,6 +42,13 @@ def create_charge(request: IdempotentRequest) -> HttpResponse:
     response = JsonResponse({"id": charge.pk, "amount": charge.amount}, status=201)
     response["Location"] = f"/charges/{charge.pk}/"
     return response
+
+
+@require_GET
+def charge_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """Where ``Location`` points: reads need no key."""
+    charge = get_object_or_404(Charge, pk=pk)
+    return JsonResponse({"id": charge.pk, "amount": charge.amount})
 
 
 @method_decorator(csrf_exempt, name="dispatch")

@@ -10,6 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from idempotency_django import IdempotentRequest, idempotent
+from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import enqueue
 from sample_project.payments.models import Charge
@@ -17,10 +18,10 @@ from sample_project.payments.tasks import send_receipt
 
 
 def index(request: HttpRequest) -> HttpResponse:
-    context = {
-        "charges": Charge.objects.all()[:20],
-        "entries": IdempotencyEntry.objects.order_by("-created_at")[:20],
-    }
+    entries = list(IdempotencyEntry.objects.order_by("-created_at")[:20])
+    for entry in entries:
+        entry.key = readable(entry.key)  # shown, never saved
+    context = {"charges": Charge.objects.all()[:20], "entries": entries}
     return render(request, "payments/index.html", context)
 
 

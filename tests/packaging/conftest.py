@@ -103,10 +103,7 @@ class Project:
         settings = path / "mysite" / "settings.py"
         snippets = ("settings_snippet.py", *(("settings_drf_snippet.py",) if drf else ()))
         settings.write_text(settings.read_text() + "".join("\n" + example(s) for s in snippets))
-        urls = example("project_urls.py")
-        if not drf:  # the quick start: without DRF, leave out the api/ line
-            urls = "".join(line for line in urls.splitlines(True) if "api_urls" not in line)
-        (path / "mysite" / "urls.py").write_text(urls)
+        (path / "mysite" / "urls.py").write_text(example("project_urls.py"))  # as it is
         self.manage("makemigrations", "payments")
         self.manage("migrate", "--noinput")
 

@@ -123,7 +123,9 @@ def test_an_integration_without_its_extra_says_what_to_install(
 
 def test_function_view_as_the_quick_start_shows(site: Runserver) -> None:
     first = assert_protected(site, "/charges/", {"amount": 1000})
-    assert first.header("Location") == f"/charges/{json.loads(first.body)['id']}/"
+    location = first.header("Location")
+    assert location == f"/charges/{json.loads(first.body)['id']}/"
+    assert site.request("GET", location).status == 200
 
 
 def test_class_based_view_as_the_quick_start_shows(site: Runserver) -> None:
