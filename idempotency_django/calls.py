@@ -19,7 +19,7 @@ from idempotency_django import signals
 from idempotency_django.conf import MAX_TTL, bounded, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
-from idempotency_django.fingerprint import arguments_digest, keyed
+from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
 from idempotency_django.keys import SEPARATOR, derive_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import protocol_for
@@ -131,6 +131,7 @@ def idempotent_function(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         name = scope or f"{fn.__module__}.{fn.__qualname__}"
+        shape = signature_of(fn)
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -139,7 +140,7 @@ def idempotent_function(
                 key(*args, **kwargs),
                 scope=name,
                 tenant=owner,
-                arguments=[list(args), kwargs],
+                arguments=bound_arguments(shape, args, kwargs),
                 ttl=ttl,
                 database=database,
                 protocol=protocol,

@@ -25,11 +25,13 @@ from idempotency_django.extras import raise_missing_extra
 
 try:
     from celery import Task, current_task
-    from celery.exceptions import Ignore
+    from celery.exceptions import Ignore, Reject, Retry
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "celery")
 
+from idempotency_django.conf import conf
 from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.fingerprint import bound_arguments, signature_of
 
 if TYPE_CHECKING:
     from idempotency_django.serializers import Serializer
@@ -42,6 +44,9 @@ OnInProgress = Literal["retry", "drop", "raise"]
 ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
 KeyOf = Callable[..., "str | None"]
 TenantOf = Callable[..., str]
+#: The message header counting a delivery's waits for a held key (its backoff).
+WAITS_HEADER: Final = "idempotency_waits"
+BACKOFF_CAP: Final = 60.0
 
 
 @overload
@@ -69,8 +74,10 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     Place it between Celery's task decorator and the function. ``key`` and
     ``tenant`` are callables of the task's arguments (without ``self``);
     ``on_in_progress`` says what a delivery does while another holds the key:
-    ``"retry"`` (``self.retry`` after ``countdown`` or the holder's Retry-After),
-    ``"drop"`` (ignored: no result is stored for it) or ``"raise"``
+    ``"retry"`` (sent again after ``countdown``, else backing off, until the
+    holder finishes or is taken over: not bounded by ``max_retries``),
+    ``"drop"`` (ignored: no result is stored for it; the effect is lost if the
+    holder dies) or ``"raise"``
     (:class:`~idempotency_django.exceptions.RequestInProgress`).
     """
     policy = _Policy(**options)
@@ -127,16 +134,23 @@ class _Policy:
 
 
 def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
+    shape = signature_of(fn)
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         task = _running_task(args)
-        call_args = args[1:] if args and args[0] is task else args
-        key = policy.key(*call_args, **kwargs) if policy.key else task.request.id
-        if key is None:
+        bound = bool(args) and args[0] is task
+        call_args = args[1:] if bound else args
+        if policy.key is None and task.request.id is None:
             # Called directly (``charge(1)``), not delivered: nothing to deduplicate.
             return fn(*args, **kwargs)
+        key = policy.key(*call_args, **kwargs) if policy.key else task.request.id
+        if key is None:
+            # Running the body unprotected would hide the bug.
+            raise ValueError(f"{task.name}: idempotent_task(key=...) must return a non-empty str.")
+        arguments = bound_arguments(shape, args, kwargs, skip_first=bound)
         try:
-            return _run_once(fn, task, key, policy, args, kwargs, call_args)
+            return _run_once(fn, task, key, policy, args, kwargs, call_args, arguments)
         except RequestInProgress as exc:
             return _in_progress(task, exc, policy)
 
@@ -161,11 +175,11 @@ def _run_once(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     call_args: tuple[Any, ...],
+    arguments: object,
 ) -> Any:
     from idempotency_django.calls import idempotent_call
 
     tenant = policy.tenant(*call_args, **kwargs) if policy.tenant else ""
-    arguments = {"args": list(call_args), "kwargs": kwargs}
     with idempotent_call(
         key,
         scope=task.name,
@@ -188,5 +202,48 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
         # Ignore, not a return: a returned None would overwrite the holder's result.
         logger.info("idempotent task %s [%s] dropped: in progress", task.name, task.request.id)
         raise Ignore()
-    countdown = exc.retry_after if policy.countdown is None else policy.countdown
-    raise task.retry(countdown=countdown, exc=exc)
+    request = task.request
+    waits = _waits(request)
+    countdown = _backoff(exc, waits) if policy.countdown is None else policy.countdown
+    if request.is_eager:
+        # apply() retries at once, recursing, with no broker to wait on: Celery's
+        # bound (max_retries) keeps it finite.
+        raise task.retry(countdown=countdown, exc=exc)
+    raise _wait_for_holder(task, exc, countdown, waits)
+
+
+def _waits(request: Any) -> int:
+    """How many times this message has already met its key held (a header of ours)."""
+    return int((request.headers or {}).get(WAITS_HEADER, 0))
+
+
+def _backoff(exc: RequestInProgress, waits: int) -> float:
+    # Exponential from the holder's Retry-After, capped: a dead lease frees the
+    # key within IDEMPOTENCY_LEASE, so never wait longer than one lease.
+    cap = min(BACKOFF_CAP, conf.LEASE.total_seconds())
+    return min(cap, max(exc.retry_after, 2.0 ** min(waits, 16)))
+
+
+def _wait_for_holder(
+    task: Task[Any, Any], exc: RequestInProgress, countdown: float, waits: int
+) -> Retry:
+    """``task.retry()`` that neither counts against ``max_retries`` nor spends ``retries``.
+
+    A held key is not the body failing: the holder may be a dead worker's lease
+    (up to ``IDEMPOTENCY_LEASE``) or a lost host's transaction (up to
+    ``IDEMPOTENCY_IDLE_TIMEOUT``), and giving up would lose the effect. So the
+    message is sent again, as ``retry()`` does, with the same ``retries`` and a
+    header counting the waits instead.
+    """
+    request = task.request
+    headers = {**(request.headers or {}), WAITS_HEADER: waits + 1}
+    again = task.signature_from_request(
+        request, countdown=countdown, retries=request.retries, headers=headers
+    )
+    try:
+        again.apply_async()
+    except Exception as error:
+        # Requeue, not Celery's drop: this delivery is the only copy left.
+        raise Reject(error, requeue=True) from error
+    # The stubs type ``when`` as numbers.Real, which no float satisfies for mypy.
+    return Retry(exc=exc, when=countdown, sig=again)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ a request idempotent happens here and in :mod:`.execution`.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -55,6 +56,8 @@ class IdempotencyContext:
     tenant: str
     replayed: bool = False
     _fingerprint: Keyed | None = field(default=None, repr=False)
+    # Tasks this request has enqueued so far, by name: the outbox's n-th key.
+    _enqueued: Counter[str] = field(default_factory=Counter, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service (e.g. a payment provider's Idempotency-Key)."""

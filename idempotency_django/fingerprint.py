@@ -16,6 +16,7 @@ import codecs
 import functools
 import hashlib
 import hmac
+import inspect
 import io
 import json
 from collections.abc import Callable, Iterator
@@ -106,6 +107,42 @@ def arguments_digest(value: object) -> str:
     or a dict key that is not a ``str``, raises ``TypeError`` naming its type.
     """
     return value_digest(value).hex()
+
+
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature for :func:`bound_arguments` (read once, when decorating)."""
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C callables have none
+        return None
+
+
+def bound_arguments(
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    skip_first: bool = False,
+) -> object:
+    """The arguments by parameter name, defaults filled in, for :func:`arguments_digest`.
+
+    ``f(5)``, ``f(order_id=5)`` and ``f(5, copies=1)`` are one call: a redelivery
+    spelled another way must replay, not be ``KeyReused``. ``skip_first`` leaves
+    out a bound task's ``self``. Arguments the signature refuses are kept as
+    given: the call then fails with its own ``TypeError``.
+    """
+    if signature is not None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            pass
+        else:
+            bound.apply_defaults()
+            named = dict(bound.arguments)
+            if skip_first:
+                named.pop(next(iter(signature.parameters)))
+            return named
+    return {"args": list(args), "kwargs": kwargs}
 
 
 def snapshot(request: HttpRequest) -> RequestSnapshot:

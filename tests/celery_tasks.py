@@ -102,6 +102,19 @@ def charge(self: Task[Any, Any], reference: str, amount: int, mode: str = "plain
 
 
 @shared_task(
+    bind=True, name="tests.charge_leased", acks_late=True, reject_on_worker_lost=True, max_retries=1
+)
+@idempotent_task(protocol="lease")
+def charge_leased(self: Task[Any, Any], reference: str, amount: int, mode: str = "plain") -> Any:
+    """Under "lease", one retry of its own: waiting for a held key must not spend it."""
+    result = _write(reference, amount)
+    if mode == "retry_once" and not _marker(f"retried-{reference}").exists():
+        _marker(f"retried-{reference}").write_text("")
+        raise self.retry(countdown=0)
+    return result
+
+
+@shared_task(
     name="tests.charge_unbound", acks_late=True, reject_on_worker_lost=True, max_retries=50
 )
 @idempotent_task(key=lambda reference, amount: f"charge-{reference}", on_in_progress="drop")

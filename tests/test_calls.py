@@ -105,6 +105,21 @@ def test_the_decorator_runs_once_per_business_key() -> None:
         receipt(7, copies=2)
 
 
+def test_positional_keyword_and_default_arguments_fingerprint_alike() -> None:
+    runs: list[int] = []
+
+    @idempotent_function(key=lambda order_id, copies=1: f"order-{order_id}", scope="shapes")
+    def receipt(order_id: int, copies: int = 1) -> int:
+        runs.append(order_id)
+        return order_id
+
+    # A redelivery may spell the same call another way: it replays, never KeyReused.
+    assert receipt(5) == receipt(order_id=5) == receipt(5, copies=1) == receipt(5, 1) == 5
+    assert runs == [5]
+    with pytest.raises(KeyReused):
+        receipt(order_id=5, copies=2)
+
+
 def test_derived_keys_are_stable_and_scoped() -> None:
     with idempotent_call("k", scope="a") as first:
         first.result = first.derive("provider")

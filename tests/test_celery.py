@@ -7,10 +7,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from celery import Celery, Task
+from celery import Celery, Signature, Task
+from celery import _state as celery_state
+from celery.exceptions import Retry
 
 from idempotency_django.celery import idempotent_task
-from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.exceptions import KeyReused, RequestInProgress
 from tests.helpers import charges
 from tests.testapp.models import Charge
 
@@ -77,11 +79,32 @@ def test_a_finished_duplicate_returns_the_stored_result_without_running() -> Non
 
 
 @pytest.mark.django_db(transaction=True)
+def test_positional_and_keyword_deliveries_of_one_call_fingerprint_alike() -> None:
+    first = bound.apply(args=("r9",), task_id="t-9").get()
+    assert bound.apply(kwargs={"reference": "r9"}, task_id="t-9").get() == first
+    assert bound.apply(args=("r9", 1), task_id="t-9").get() == first
+    assert runs == ["r9"]
+    other = bound.apply(kwargs={"reference": "r9", "amount": 2}, task_id="t-9")
+    assert other.state == "FAILURE"
+    assert isinstance(other.result, KeyReused)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_business_key_deduplicates_across_task_ids() -> None:
     assert by_reference.apply(args=("r2",), task_id="a").get() == "r2"
     assert by_reference.apply(args=("r2",), task_id="b").get() == "r2"
     assert runs == ["r2"]
     assert charges("r2") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_callable_returning_none_fails_instead_of_running_unprotected() -> None:
+    task = _task(key=lambda reference, amount=0: None)
+    result = task.apply(args=("r12",), task_id="t-12")
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, ValueError)
+    assert "non-empty str" in str(result.result)
+    assert runs == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -135,7 +158,7 @@ def test_the_call_gets_scope_tenant_arguments_and_options(fake_call: FakeCall) -
     assert key == "t-4"
     assert asked["scope"] == task.name
     assert asked["tenant"] == "acct-5"
-    assert asked["arguments"] == {"args": ["r4"], "kwargs": {"amount": 5}}
+    assert asked["arguments"] == {"reference": "r4", "amount": 5}
     assert (asked["ttl"], asked["database"], asked["protocol"], asked["wait"]) == (
         30,
         "default",
@@ -164,6 +187,46 @@ def test_in_flight_retries_after_the_holders_retry_after(
     monkeypatch.setattr(task_with_countdown, "retry", retry)
     task_with_countdown.apply(args=("r5",), task_id="t-5")
     assert asked[1]["countdown"] == 2
+    assert runs == []
+
+
+@contextmanager
+def delivered(task: Any, **request: Any) -> Iterator[None]:
+    """Run ``task.run`` as a worker's delivery (``apply()`` retries at once, in-process)."""
+    stack = celery_state._task_stack  # type: ignore[attr-defined]
+    stack.push(task)
+    task.push_request(called_directly=False, is_eager=False, delivery_info={}, **request)
+    try:
+        yield
+    finally:
+        task.pop_request()
+        stack.pop()
+
+
+def test_in_flight_retries_past_max_retries_backing_off_without_spending_them(
+    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    fake_call.in_progress = RequestInProgress()
+    task = _task()  # max_retries=3: a held key outlasts that (a crashed lease, a lost host)
+    sent: list[Signature[Any]] = []
+    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
+    headers = None
+    for _ in range(9):
+        with delivered(task, id="t-10", retries=2, headers=headers), pytest.raises(Retry):
+            task.run("r10")
+        headers = sent[-1].options["headers"]
+    assert [sig.options["countdown"] for sig in sent] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    # The body's own self.retry() budget is untouched by the waits.
+    assert {sig.options["retries"] for sig in sent} == {2}
+    assert {sig.id for sig in sent} == {"t-10"}
+    settings.IDEMPOTENCY_LEASE = 5  # a dead lease frees the key within 5 s: never wait longer
+    with delivered(task, id="t-10", headers=headers), pytest.raises(Retry):
+        task.run("r10")
+    assert sent[-1].options["countdown"] == 5
+    fixed = _task(countdown=2)
+    with delivered(fixed, id="t-11", headers=headers), pytest.raises(Retry):
+        fixed.run("r11")
+    assert sent[-1].options["countdown"] == 2
     assert runs == []
 
 

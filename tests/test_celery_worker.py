@@ -10,11 +10,16 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from idempotency_django.calls import namespaced
+from idempotency_django.fingerprint import arguments_digest, keyed
+from idempotency_django.store import lease
+from idempotency_django.store.sql import Claim, Target
 from tests import celery_harness
 from tests.helpers import charges
 
@@ -87,6 +92,32 @@ def test_a_worker_child_killed_mid_task_is_redelivered_and_commits_once(
         assert worker.deliveries(task_id) == 2
         assert worker.runs(reference) == 2
         assert charges(reference) == 1
+
+
+def test_a_redelivery_meeting_a_crashed_lease_waits_past_max_retries_and_commits_once(
+    worker: celery_harness.Worker, names: tuple[str, str]
+) -> None:
+    task_id, reference = names
+    # What a worker SIGKILLed mid-task leaves under "lease": its committed claim, held 4 s.
+    arguments = {"reference": reference, "amount": 100, "mode": "retry_once"}
+    target = Target(
+        "default",
+        "",
+        namespaced("tests.charge_leased", task_id),
+        keyed(arguments_digest(arguments)).current,
+        timedelta(seconds=4),
+        timedelta(hours=1),
+        None,
+    )
+    assert isinstance(lease.claim(target, False), Claim)
+    send(worker, task_id, reference, 100, "retry_once", name="tests.charge_leased")
+    worker.wait_for(lambda: worker.finished(task_id) >= 1, "the run after the lease passed")
+    report("crashed lease", worker, task_id, reference)
+    # max_retries=1, yet the waits (1 + 2 + 4 s) and the body's own retry all happened.
+    assert worker.finished(task_id, "RETRY") >= 3
+    assert "Retry in 2.0s" in worker.log.read_text()  # the waits back off across messages
+    assert worker.runs(reference) == 2
+    assert charges(reference) == 1
 
 
 def test_a_redelivery_past_the_visibility_timeout_commits_nothing_twice(

@@ -18,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from idempotency_django import signals
+from idempotency_django.core import IdempotencyContext
 from idempotency_django.keys import derive_key
 from idempotency_django.outbox import OutboxError, delivery, enqueue
 from idempotency_django.outbox.models import OutboxMessage
@@ -45,19 +46,11 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
     return sink
 
 
-class Context:
-    """What ``request.idempotency`` offers the outbox."""
-
-    def __init__(self, key: str | None) -> None:
-        self.key = key
-
-    def derive(self, namespace: str) -> str:
-        return f"derived:{self.key}:{namespace}"
-
-
 class Request:
+    """What the outbox reads of a protected request: its ``request.idempotency``."""
+
     def __init__(self, key: str | None = "k1") -> None:
-        self.idempotency = Context(key)
+        self.idempotency = IdempotencyContext(key, tenant="")
 
 
 def test_importing_the_outbox_does_not_import_celery() -> None:
@@ -111,7 +104,9 @@ def test_enqueue_records_the_task_in_the_transaction(
 
 def test_the_default_key_is_derived_from_the_protected_request() -> None:
     with transaction.atomic():
-        assert enqueue("tests.receipt", request=Request("abc")) == "derived:abc:tests.receipt"
+        assert enqueue("tests.receipt", request=Request("abc")) == derive_key(
+            "", "abc", "tests.receipt"
+        )
 
 
 def test_a_rolled_back_transaction_leaves_nothing_to_publish(
@@ -183,6 +178,24 @@ def test_the_relay_counts_failures_and_backs_off(published: Published) -> None:
     assert delivery.relay() == {"sent": 0, "failed": 3}
     assert delivery.relay() == {"sent": 0, "failed": 0}
     assert delivery.stats().failing == 3
+
+
+def test_a_relay_run_tries_each_row_once_even_ignoring_the_schedule() -> None:
+    _pending(3)
+    tried: list[int] = []
+
+    def down(row: OutboxMessage) -> None:
+        tried.append(row.pk)
+        if len(tried) > 10:
+            raise SystemExit("the relay keeps retrying rows it already tried in this run")
+        raise ConnectionRefusedError("broker down")
+
+    # relay_outbox --now: failed rows stay selectable, yet the run must end.
+    assert delivery.relay(batch_size=1, publisher=down, ignore_schedule=True) == {
+        "sent": 0,
+        "failed": 3,
+    }
+    assert sorted(tried) == sorted(OutboxMessage.objects.values_list("pk", flat=True))
 
 
 def test_stats_reads_pending_age_and_failures(published: Published) -> None:
@@ -265,6 +278,38 @@ def test_a_protected_view_enqueues_under_its_derived_key(
     assert replay["Idempotent-Replayed"] == "true"
     assert OutboxMessage.objects.count() == 1
     assert published == [("tests.receipt", receipt_key)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_enqueue_of_one_task_in_a_view_gets_its_own_key(
+    outbox_urls: None, published: Published, client: Client
+) -> None:
+    key = new_key()
+    response = post(client, "/outbox/charges/", key, {"reference": "r1", "receipts": 3})
+    assert response.status_code == 201
+    keys = json.loads(response.content)["receipt_keys"]
+    # The first keeps the plain derivation; the n-th is the n-th in every execution.
+    assert keys == [
+        derive_key("", key, "tests.receipt"),
+        derive_key("", key, "tests.receipt#2"),
+        derive_key("", key, "tests.receipt#3"),
+    ]
+    assert sorted(published) == sorted(("tests.receipt", k) for k in keys)
+
+
+def test_a_request_derives_the_same_keys_in_the_same_order_each_time() -> None:
+    def keys(request: Request) -> list[str]:
+        with transaction.atomic():
+            return [
+                enqueue("tests.receipt", 1, request=request),
+                enqueue("tests.other", 1, request=request),
+                enqueue("tests.receipt", 2, request=request),
+            ]
+
+    first = keys(Request("abc"))
+    assert len(set(first)) == 3
+    assert first[0] == derive_key("", "abc", "tests.receipt")
+    assert keys(Request("abc")) == first  # the retry of that request, after a rollback
 
 
 @pytest.mark.django_db(transaction=True)

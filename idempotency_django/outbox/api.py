@@ -35,7 +35,9 @@ def enqueue(
 
     The key (the Celery task id of every publish) defaults to
     ``request.idempotency.derive(<task name>)`` inside a protected view (found
-    by ``core.current_context()``, or pass ``request=``); elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
+    by ``core.current_context()``, or pass ``request=``), and to
+    ``derive(f"{name}#{n}")`` for the request's n-th enqueue of that task (n ≥ 2);
+    elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
     arguments and options must be JSON-serialisable. Raises :class:`OutboxError`
     outside ``transaction.atomic()`` on the outbox's database (``using``, default ``IDEMPOTENCY_DATABASE``): without the
     caller's transaction the row could commit without the business rows.
@@ -63,17 +65,20 @@ def enqueue(
 
 
 def _derived_key(name: str, request: object) -> str:
-    from idempotency_django.core import current_context
+    from idempotency_django.core import IdempotencyContext, current_context
 
     context = getattr(request, "idempotency", None) if request else current_context()
-    key = getattr(context, "key", None)
-    if context is None or key is None:
+    if not isinstance(context, IdempotencyContext) or context.key is None:
         raise OutboxError(
             f"enqueue({name!r}) needs key=... outside a protected view "
             "(or a request carrying an idempotency key: pass request=...)."
         )
-    derived: str = context.derive(name)
-    return derived
+    # One task enqueued twice by one request needs two keys, or the consumer runs
+    # it once. Counted per request, in call order: a retry of the request derives
+    # the same keys again, and the first keeps the plain derivation.
+    context._enqueued[name] += 1
+    count = context._enqueued[name]
+    return context.derive(name if count == 1 else f"{name}#{count}")
 
 
 def _now_plus(delta: timedelta) -> Any:

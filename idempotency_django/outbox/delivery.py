@@ -68,15 +68,18 @@ def relay(
     publisher: Publisher | None = None,
     ignore_schedule: bool = False,
 ) -> dict[str, int]:
-    """Publish due pending rows in batches until none is left; returns the counts.
+    """Publish due pending rows in batches, each at most once per run; returns the counts.
 
     ``ignore_schedule`` also takes rows still within the fast path's grace period
     (tests, and a relay run by hand after a crash).
     """
     alias = using or conf.DATABASE
     counts = {"sent": 0, "failed": 0}
+    # A failed row stays pending (and, ignoring the schedule, selectable): each run
+    # tries it once, or a broker that is down would hold the run forever.
+    tried: list[int] = []
     while True:
-        sent, failed = _relay_batch(alias, batch_size, publisher or publish, ignore_schedule)
+        sent, failed = _relay_batch(alias, batch_size, publisher or publish, ignore_schedule, tried)
         counts["sent"] += sent
         counts["failed"] += failed
         if sent + failed < batch_size:
@@ -84,18 +87,19 @@ def relay(
 
 
 def _relay_batch(
-    using: str, batch_size: int, publisher: Publisher, ignore_schedule: bool
+    using: str, batch_size: int, publisher: Publisher, ignore_schedule: bool, tried: list[int]
 ) -> tuple[int, int]:
     sent = failed = 0
     with transaction.atomic(using=using):
-        due = (
-            _locked(using) if ignore_schedule else _locked(using).filter(next_attempt_at__lte=Now())
-        )
+        due = _locked(using).exclude(pk__in=tried)
+        if not ignore_schedule:
+            due = due.filter(next_attempt_at__lte=Now())
         for row in due.order_by("next_attempt_at", "pk")[:batch_size]:
             if _deliver(row, using, publisher, how="relay"):
                 sent += 1
             else:
                 failed += 1
+                tried.append(row.pk)
     return sent, failed
 
 

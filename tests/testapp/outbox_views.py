@@ -20,10 +20,11 @@ def charge_with_receipt(request: HttpRequest) -> HttpResponse:
     data = json.loads(request.body or b"{}")
     reference = str(data["reference"])
     charge = Charge.objects.create(reference=reference, amount=int(data.get("amount", 100)))
-    key = enqueue("tests.receipt", reference)  # keyed by request.idempotency.derive()
+    # Keyed by request.idempotency.derive(); "receipts": n enqueues the task n times.
+    keys = [enqueue("tests.receipt", reference) for _ in range(int(data.get("receipts", 1)))]
     if data.get("fail"):
         return JsonResponse({"error": "the provider said no"}, status=503)
-    return JsonResponse({"id": charge.pk, "receipt_key": key}, status=201)
+    return JsonResponse({"id": charge.pk, "receipt_key": keys[0], "receipt_keys": keys}, status=201)
 
 
 urlpatterns = [
