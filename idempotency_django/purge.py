@@ -72,18 +72,18 @@ def purge(
         dry_run=dry_run,
     )
     if not dry_run:
-        _purge_outbox(conn.alias)
+        _purge_outbox(conn.alias, batch_size)
     _report(conn.alias, result, time.monotonic() - started)
     return result
 
 
-def _purge_outbox(alias: str) -> None:
+def _purge_outbox(alias: str, batch_size: int) -> None:
     """Sent outbox rows past the TTL go with the entries (the outbox is an optional app)."""
     if not apps.is_installed("idempotency_django.outbox"):
         return
     from idempotency_django.outbox import purge_sent
 
-    deleted = purge_sent(using=alias)
+    deleted = purge_sent(using=alias, batch_size=batch_size)
     if deleted:
         logger.info("idempotency purge on %r: %d sent outbox rows deleted", alias, deleted)
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency_django import signals
@@ -222,6 +223,16 @@ def test_purge_sent_deletes_sent_rows_past_the_ttl() -> None:
     assert delivery.purge_sent(older_than=timedelta(0)) == 0
 
 
+def test_purge_sent_deletes_a_short_batch_at_a_time() -> None:
+    rows = _pending(5)
+    OutboxMessage.objects.update(sent_at=timezone.now() - timedelta(days=2))
+    with CaptureQueriesContext(connections["default"]) as queries:
+        assert delivery.purge_sent(batch_size=2) == len(rows)
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 3  # 2 + 2 + 1: no statement holds more than a batch's locks
+    assert not OutboxMessage.objects.exists()
+
+
 def test_the_entries_purge_also_purges_sent_rows() -> None:
     from idempotency_django import purge
 
@@ -347,7 +358,6 @@ def test_enqueue_costs_one_insert_and_the_fast_path_two_statements(
     published: Published, django_capture_on_commit_callbacks: Any
 ) -> None:
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     with (
         django_capture_on_commit_callbacks() as callbacks,

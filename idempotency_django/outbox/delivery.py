@@ -26,6 +26,7 @@ from idempotency_django.outbox.models import OutboxMessage
 logger = logging.getLogger("idempotency_django.outbox")
 
 DEFAULT_BATCH_SIZE = 100
+DEFAULT_PURGE_BATCH = 1000  # as purge_idempotency's batches
 BACKOFF_BASE = timedelta(seconds=5)
 BACKOFF_CAP = timedelta(minutes=10)
 Publisher = Callable[[OutboxMessage], None]
@@ -186,12 +187,27 @@ def _aware(value: datetime | str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def purge_sent(using: str | None = None, older_than: float | timedelta | None = None) -> int:
-    """Delete rows sent longer than ``older_than`` ago (default ``IDEMPOTENCY_TTL``)."""
+def purge_sent(
+    using: str | None = None,
+    older_than: float | timedelta | None = None,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+) -> int:
+    """Delete rows sent longer than ``older_than`` ago (default ``IDEMPOTENCY_TTL``).
+
+    A batch of at most ``batch_size`` rows per statement, as the entries' purge
+    does: no statement holds a big table's row locks for long.
+    """
     alias = using or conf.DATABASE
     age = conf.TTL if older_than is None else older_than
     if not isinstance(age, timedelta):
         age = timedelta(seconds=age)
     cutoff = ExpressionWrapper(Now() - age, output_field=DateTimeField())
-    deleted, _ = OutboxMessage.objects.using(alias).filter(sent_at__lt=cutoff).delete()
-    return deleted
+    rows = OutboxMessage.objects.using(alias)
+    sent = rows.filter(sent_at__lt=cutoff).order_by("sent_at").values_list("pk", flat=True)
+    deleted = 0
+    while True:
+        batch = list(sent[:batch_size])
+        if batch:
+            deleted += rows.filter(pk__in=batch).delete()[0]
+        if len(batch) < batch_size:
+            return deleted
