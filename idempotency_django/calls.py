@@ -16,13 +16,13 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import signals
-from idempotency_django.conf import MAX_TTL, bounded, conf
+from idempotency_django.conf import MAX_TTL, as_timedelta, bounded, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
 from idempotency_django.keys import SEPARATOR, derive_key
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import protocol_for
+from idempotency_django.options import check_options, protocol_for
 from idempotency_django.responses import StoredResponse
 from idempotency_django.serializers import JSONSerializer, Serializer
 from idempotency_django.store.sql import Target
@@ -58,7 +58,7 @@ def idempotent_call(
     ttl: float | timedelta | None = None,
     database: str | None = None,
     protocol: str | None = None,
-    wait: float | None = None,
+    wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
     origin: str = "call",
 ) -> Iterator[IdempotentCall]:
@@ -70,6 +70,7 @@ def idempotent_call(
     execution holds the key, after waiting ``wait`` seconds) or
     ``StoreUnavailable``. ``origin`` names the caller in signals (``"task"``).
     """
+    check_options("idempotent_call", ttl=ttl, wait=wait, protocol=protocol)
     call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
     using = database or conf.DATABASE
     fingerprint = keyed(arguments_digest(arguments))
@@ -87,9 +88,7 @@ def idempotent_call(
     seen = signals.Observation(origin, key_digest=signals.key_digest(tenant, call._namespaced))
     seen.slot = Run(chosen)
     try:
-        with claimed(
-            target, chosen, conf.WAIT if wait is None else wait, fingerprint.matches, seen.slot
-        ) as run:
+        with claimed(target, chosen, _wait(wait), fingerprint.matches, seen.slot) as run:
             if run.replay is not None:
                 seen.replayed("database")
                 call.replayed, call.result = True, codec.loads(run.replay.body)
@@ -117,7 +116,7 @@ def idempotent_function(
     ttl: float | timedelta | None = None,
     database: str | None = None,
     protocol: str | None = None,
-    wait: float | None = None,
+    wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a function so that it runs at most once per key; duplicates get its result.
@@ -128,6 +127,7 @@ def idempotent_function(
     """
     if not callable(key):
         raise TypeError("@idempotent_function(key=...) must be a callable of the arguments.")
+    check_options("@idempotent_function", ttl=ttl, wait=wait, protocol=protocol)
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         name = scope or f"{fn.__module__}.{fn.__qualname__}"
@@ -173,6 +173,10 @@ def namespaced(scope: str, key: str) -> str:
 
 
 _JSON = [("Content-Type", "application/json")]
+
+
+def _wait(value: float | timedelta | None) -> float:
+    return conf.WAIT if value is None else as_timedelta(value).total_seconds()
 
 
 def _ttl(value: float | timedelta | None) -> timedelta:

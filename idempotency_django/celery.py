@@ -29,9 +29,10 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "celery")
 
-from idempotency_django.conf import conf
+from idempotency_django.conf import MAX_WAIT, bounded, conf
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.fingerprint import bound_arguments, signature_of
+from idempotency_django.options import check_options
 
 if TYPE_CHECKING:
     from idempotency_django.serializers import Serializer
@@ -63,7 +64,7 @@ def idempotent_task(
     ttl: float | timedelta | None = None,
     database: str | None = None,
     protocol: str | None = None,
-    wait: float | None = None,
+    wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
 ) -> Callable[[TaskFunc], TaskFunc]: ...
 
@@ -104,7 +105,7 @@ class _Policy:
         ttl: float | timedelta | None = None,
         database: str | None = None,
         protocol: str | None = None,
-        wait: float | None = None,
+        wait: float | timedelta | None = None,
         serializer: Serializer | None = None,
     ) -> None:
         if on_in_progress not in ON_IN_PROGRESS:
@@ -116,8 +117,15 @@ class _Policy:
                 raise TypeError(
                     f"idempotent_task({name}=...) takes a callable of the task's arguments."
                 )
-        if countdown is not None and countdown < 0:
-            raise ValueError("idempotent_task(countdown=...) must not be negative.")
+        if countdown is not None:
+            try:
+                bounded(countdown, MAX_WAIT, zero=True)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"idempotent_task(countdown=...) takes seconds from 0 to a day, "
+                    f"got {countdown!r}."
+                ) from None
+        check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
         self.key, self.tenant, self.on_in_progress, self.countdown = (
             key,
             tenant,
@@ -205,9 +213,9 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
     request = task.request
     waits = _waits(request)
     countdown = _backoff(exc, waits) if policy.countdown is None else policy.countdown
-    if request.is_eager:
-        # apply() retries at once, recursing, with no broker to wait on: Celery's
-        # bound (max_retries) keeps it finite.
+    if request.called_directly or request.is_eager:
+        # Called as a function, retry() re-raises exc; under apply() it retries at
+        # once, recursing, with no broker to wait on: Celery's max_retries bounds it.
         raise task.retry(countdown=countdown, exc=exc)
     raise _wait_for_holder(task, exc, countdown, waits)
 
@@ -236,14 +244,17 @@ def _wait_for_holder(
     header counting the waits instead.
     """
     request = task.request
-    headers = {**(request.headers or {}), WAITS_HEADER: waits + 1}
+    # As retry() sends them: without the broker's x-death records (dead-letter cycles).
+    kept = request.as_execution_options().get("headers") or {}
+    headers = {**kept, WAITS_HEADER: waits + 1}
     again = task.signature_from_request(
         request, countdown=countdown, retries=request.retries, headers=headers
     )
     try:
         again.apply_async()
     except Exception as error:
-        # Requeue, not Celery's drop: this delivery is the only copy left.
+        # Under acks_late this delivery is the only copy left: back to the broker
+        # rather than dropped as retry() would (without acks_late it is acked already).
         raise Reject(error, requeue=True) from error
     # The stubs type ``when`` as numbers.Real, which no float satisfies for mypy.
     return Retry(exc=exc, when=countdown, sig=again)  # type: ignore[arg-type]

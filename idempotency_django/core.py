@@ -162,7 +162,7 @@ def _keyed(
     context.key = extract_key(request, policy)
     if context.key is None:
         seen.skip = True
-        return call_view()
+        return _refusals_inside(call_view)()
     context._fingerprint = keyed(policy.fingerprint(request))
     seen.key_digest = signals.key_digest(tenant, context.key)
     return run(context, policy, _checked(call_view, tenant_of, tenant), seen)
@@ -239,16 +239,28 @@ def _execute(
     return response
 
 
+def _refusals_inside(call_view: ViewCall) -> ViewCall:
+    """``call_view`` whose own ``IdempotencyError`` (an inner ``idempotent_call``'s, about
+    its key, not the client's) fails the view instead of answering the client."""
+
+    def call() -> HttpResponse:
+        try:
+            return call_view()
+        except IdempotencyError as exc:
+            raise NestedRefusal(exc) from exc
+
+    return call
+
+
 def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
     """``call_view`` that fails loudly when the view changed who the caller is."""
+    call_view = _refusals_inside(call_view)
 
     def call() -> HttpResponse:
         try:
             response = call_view()
-        except IdempotencyError as exc:  # an inner idempotent_call's, not the client's key
-            raise NestedRefusal(exc) from exc
         except RuntimeError as exc:
-            if "durable" not in str(exc):
+            if isinstance(exc, NestedRefusal) or "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
         if check_tenant(tenant_of()) != tenant:

@@ -145,6 +145,27 @@ def protocol_for(database: str, wanted: str | None) -> str:
     return wanted
 
 
+def check_options(
+    owner: str,
+    *,
+    ttl: float | timedelta | None,
+    wait: float | timedelta | None,
+    protocol: str | None,
+) -> None:
+    """Refuse a wrong ``ttl``, ``wait`` or ``protocol`` with a ``ValueError`` naming ``owner``."""
+    for name, value, maximum, limits in (
+        ("ttl", ttl, MAX_TTL, "positive seconds (at most 100 years) or a timedelta"),
+        ("wait", wait, MAX_WAIT, "seconds from 0 to a day, or a timedelta"),
+    ):
+        try:
+            if value is not None:
+                bounded(value, maximum, zero=name == "wait")
+        except (TypeError, ValueError):
+            raise ValueError(f"{owner}({name}=...) takes {limits}, got {value!r}.") from None
+    if protocol not in (None, "lock", "lease"):
+        raise ValueError(f'{owner}(protocol=...) takes "lock", "lease" or None, got {protocol!r}.')
+
+
 def check_option_names(options: Mapping[str, object]) -> None:
     """Refuse an unknown keyword, naming the valid ones (read from :meth:`Options.build`)."""
     valid = list(inspect.signature(Options.build).parameters)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from django.db import transaction
@@ -151,3 +152,24 @@ def _safe_charge(key: str) -> str:
     except RequestInProgress:
         return "busy"
     return "replayed" if replayed else "ran"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"wait": 30 * 86400}, "wait"),  # PostgreSQL's lock_timeout is int milliseconds
+        ({"wait": float("inf")}, "wait"),
+        ({"ttl": float("nan")}, "ttl"),
+        ({"protocol": "nope"}, "protocol"),
+    ],
+)
+def test_wrong_values_are_refused_before_claiming(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=rf"idempotent_call\({named}=\.\.\.\)"):
+        charge("evt_bad", **options)
+    with pytest.raises(ValueError, match=rf"@idempotent_function\({named}=\.\.\.\)"):
+        idempotent_function(key=lambda: "k", **options)
+    assert not IdempotencyEntry.objects.exists()
+
+
+def test_wait_takes_a_timedelta() -> None:
+    assert charge("evt_td", wait=timedelta(seconds=1)) == (False, {"id": ANY, "amount": 100})

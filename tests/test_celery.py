@@ -57,6 +57,24 @@ def test_misplaced_or_wrong_options_fail_when_decorating() -> None:
         idempotent_task(countdown=-1)
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"countdown": float("nan")}, "countdown"),
+        ({"countdown": float("inf")}, "countdown"),
+        ({"ttl": -1}, "ttl"),
+        ({"ttl": 10**12}, "ttl"),
+        ({"ttl": "1d"}, "ttl"),
+        ({"wait": -1}, "wait"),
+        ({"wait": 30 * 86400}, "wait"),  # PostgreSQL's lock_timeout is int milliseconds
+        ({"protocol": "nope"}, "protocol"),
+    ],
+)
+def test_wrong_values_fail_when_decorating(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=rf"idempotent_task\({named}=\.\.\.\)"):
+        idempotent_task(**options)
+
+
 def test_outside_a_task_it_refuses_to_guess() -> None:
     @idempotent_task
     def plain(reference: str) -> str:
@@ -228,6 +246,32 @@ def test_in_flight_retries_past_max_retries_backing_off_without_spending_them(
         fixed.run("r11")
     assert sent[-1].options["countdown"] == 2
     assert runs == []
+
+
+def test_a_direct_call_meeting_a_held_key_raises_and_sends_nothing(
+    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_call.in_progress = RequestInProgress()
+    sent: list[Signature[Any]] = []
+    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
+    task = _task(key=lambda reference, amount=0: f"order-{reference}")
+    with pytest.raises(RequestInProgress):
+        task("r13")  # called as a function: no delivery to re-send
+    assert sent == []
+
+
+def test_the_resent_delivery_leaves_the_brokers_dead_letter_records_behind(
+    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_call.in_progress = RequestInProgress()
+    sent: list[Signature[Any]] = []
+    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
+    task = _task()
+    headers = {"x-death": [{"count": 1}], "tenant-hint": "acme"}
+    with delivered(task, id="t-14", headers=headers), pytest.raises(Retry):
+        task.run("r14")
+    assert "x-death" not in sent[0].options["headers"]
+    assert sent[0].options["headers"]["tenant-hint"] == "acme"
 
 
 def test_in_flight_drop_ignores_the_delivery(fake_call: FakeCall) -> None:

@@ -43,6 +43,12 @@ def shipping_view(request: HttpRequest) -> HttpResponse:
     return JsonResponse(ship(json.loads(request.body)["amount"]), status=201)
 
 
+@csrf_exempt
+@idempotent(required=False)
+def optional_view(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(ship(json.loads(request.body)["amount"]), status=201)
+
+
 class ShippingAPI(IdempotentMixin, APIView):
     permission_classes = (AllowAny,)
     authentication_classes = ()
@@ -51,7 +57,11 @@ class ShippingAPI(IdempotentMixin, APIView):
         return Response(ship(int(json.loads(request.body)["amount"])), status=201)
 
 
-urlpatterns = [path("ship/", shipping_view), path("api/ship/", ShippingAPI.as_view())]
+urlpatterns = [
+    path("ship/", shipping_view),
+    path("optional/ship/", optional_view),
+    path("api/ship/", ShippingAPI.as_view()),
+]
 
 
 @pytest.mark.parametrize("url", ["/ship/", "/api/ship/"])
@@ -70,3 +80,9 @@ def test_the_view_error_names_the_inner_refusal() -> None:
     post(client, "/ship/", new_key(), {"amount": 1})
     with pytest.raises(NestedRefusal, match="key-reused"):
         post(client, "/ship/", new_key(), {"amount": 2})
+
+
+def test_without_a_client_key_the_refusal_still_fails_the_view() -> None:
+    client = Client(raise_request_exception=False)
+    assert post(client, "/optional/ship/", None, {"amount": 1}).status_code == 201
+    assert post(client, "/optional/ship/", None, {"amount": 2}).status_code == 500

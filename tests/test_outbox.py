@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -242,6 +242,28 @@ def test_the_entries_purge_also_purges_sent_rows() -> None:
     assert OutboxMessage.objects.count() == 2
     purge.purge()
     assert list(OutboxMessage.objects.values_list("pk", flat=True)) == [pending.pk]
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("--batch-size=0", "--batch-size must be a positive integer"),
+        ("--database=nowhere", "is not an alias in DATABASES"),
+        ("--every=0", "--every takes a positive number of seconds"),
+        ("--every=nan", "--every takes a positive number of seconds"),
+        ("--every=-5", "--every takes a positive number of seconds"),
+    ],
+)
+def test_the_command_refuses_bad_arguments(argument: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("relay_outbox", argument)
+
+
+def test_purge_sent_refuses_an_empty_batch_and_out_of_range_ages() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        delivery.purge_sent(batch_size=0)
+    with pytest.raises(ValueError, match="out of range"):
+        delivery.purge_sent(older_than=1e300)
 
 
 def test_the_command_relays_and_reports(published: Published) -> None:

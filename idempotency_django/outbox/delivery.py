@@ -20,7 +20,7 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q,
 from django.db.models.functions import Now
 
 from idempotency_django import signals
-from idempotency_django.conf import conf
+from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.outbox.models import OutboxMessage
 
 logger = logging.getLogger("idempotency_django.outbox")
@@ -197,10 +197,10 @@ def purge_sent(
     A batch of at most ``batch_size`` rows per statement, as the entries' purge
     does: no statement holds a big table's row locks for long.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     alias = using or conf.DATABASE
-    age = conf.TTL if older_than is None else older_than
-    if not isinstance(age, timedelta):
-        age = timedelta(seconds=age)
+    age = conf.TTL if older_than is None else as_timedelta(older_than)
     cutoff = ExpressionWrapper(Now() - age, output_field=DateTimeField())
     rows = OutboxMessage.objects.using(alias)
     sent = rows.filter(sent_at__lt=cutoff).order_by("sent_at").values_list("pk", flat=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.core.management.base import BaseCommand, CommandParser
 
 from idempotency_django.conf import conf
+from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, purge
 
 
@@ -36,13 +36,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size, database = options["batch_size"], options["database"]
-        if batch_size < 1:
-            raise CommandError(f"--batch-size must be a positive integer, got {batch_size}.")
-        if database is not None and database not in connections:
-            raise CommandError(
-                f"--database {database!r} is not an alias in DATABASES "
-                f"(choose from: {', '.join(connections)})."
-            )
+        check_batch_and_database(batch_size, database)
         result = purge(using=database, batch_size=batch_size, dry_run=options["dry_run"])
         if options["verbosity"] > 0:  # -v 0: silent on success, for cron
             self.stdout.write(summary(result, database or conf.DATABASE))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.outbox import delivery
 
 
@@ -28,6 +30,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        check_batch_and_database(options["batch_size"], options["database"])
+        every = options["every"]
+        if every is not None and not (math.isfinite(every) and every > 0):
+            raise CommandError(f"--every takes a positive number of seconds, got {every}.")
         while True:
             counts = delivery.relay(
                 using=options["database"],
