@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import signals
-from idempotency_django.conf import MAX_TTL, as_timedelta, bounded, conf
+from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
@@ -180,14 +180,7 @@ def _wait(value: float | timedelta | None) -> float:
 
 
 def _ttl(value: float | timedelta | None) -> timedelta:
-    if value is None:
-        return conf.TTL
-    try:
-        return bounded(value, MAX_TTL)
-    except ValueError:
-        raise ValueError(
-            f"An idempotent call's ttl must be positive and at most 100 years, got {value!r}."
-        ) from None
+    return conf.TTL if value is None else as_timedelta(value)  # bounded by check_options()
 
 
 __all__ = ["IdempotentCall", "idempotent_call", "idempotent_function", "namespaced"]

@@ -254,20 +254,19 @@ def _refusals_inside(call_view: ViewCall) -> ViewCall:
 
 def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
     """``call_view`` that fails loudly when the view changed who the caller is."""
-    call_view = _refusals_inside(call_view)
 
     def call() -> HttpResponse:
         try:
             response = call_view()
         except RuntimeError as exc:
-            if isinstance(exc, NestedRefusal) or "durable" not in str(exc):
+            if "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
         if check_tenant(tenant_of()) != tenant:
             raise ImproperlyConfigured(_TENANT_CHANGED)
         return response
 
-    return call
+    return _refusals_inside(call)
 
 
 _DURABLE = (

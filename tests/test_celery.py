@@ -153,6 +153,14 @@ class FakeCall:
 
 
 @pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[Signature[Any]]:
+    """The signatures the adapter would have sent to the broker, captured instead."""
+    captured: list[Signature[Any]] = []
+    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: captured.append(sig))
+    return captured
+
+
+@pytest.fixture
 def fake_call(monkeypatch: pytest.MonkeyPatch) -> FakeCall:
     fake = FakeCall()
     monkeypatch.setattr("idempotency_django.calls.idempotent_call", fake)
@@ -222,12 +230,10 @@ def delivered(task: Any, **request: Any) -> Iterator[None]:
 
 
 def test_in_flight_retries_past_max_retries_backing_off_without_spending_them(
-    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch, settings: Any
+    fake_call: FakeCall, sent: list[Signature[Any]], settings: Any
 ) -> None:
     fake_call.in_progress = RequestInProgress()
     task = _task()  # max_retries=3: a held key outlasts that (a crashed lease, a lost host)
-    sent: list[Signature[Any]] = []
-    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
     headers = None
     for _ in range(9):
         with delivered(task, id="t-10", retries=2, headers=headers), pytest.raises(Retry):
@@ -249,11 +255,9 @@ def test_in_flight_retries_past_max_retries_backing_off_without_spending_them(
 
 
 def test_a_direct_call_meeting_a_held_key_raises_and_sends_nothing(
-    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch
+    fake_call: FakeCall, sent: list[Signature[Any]]
 ) -> None:
     fake_call.in_progress = RequestInProgress()
-    sent: list[Signature[Any]] = []
-    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
     task = _task(key=lambda reference, amount=0: f"order-{reference}")
     with pytest.raises(RequestInProgress):
         task("r13")  # called as a function: no delivery to re-send
@@ -261,11 +265,9 @@ def test_a_direct_call_meeting_a_held_key_raises_and_sends_nothing(
 
 
 def test_the_resent_delivery_leaves_the_brokers_dead_letter_records_behind(
-    fake_call: FakeCall, monkeypatch: pytest.MonkeyPatch
+    fake_call: FakeCall, sent: list[Signature[Any]]
 ) -> None:
     fake_call.in_progress = RequestInProgress()
-    sent: list[Signature[Any]] = []
-    monkeypatch.setattr(Signature, "apply_async", lambda sig, *a, **kw: sent.append(sig))
     task = _task()
     headers = {"x-death": [{"count": 1}], "tenant-hint": "acme"}
     with delivered(task, id="t-14", headers=headers), pytest.raises(Retry):

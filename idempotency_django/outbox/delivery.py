@@ -22,11 +22,11 @@ from django.db.models.functions import Now
 from idempotency_django import signals
 from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.outbox.models import OutboxMessage
+from idempotency_django.purge import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH
 
 logger = logging.getLogger("idempotency_django.outbox")
 
 DEFAULT_BATCH_SIZE = 100
-DEFAULT_PURGE_BATCH = 1000  # as purge_idempotency's batches
 BACKOFF_BASE = timedelta(seconds=5)
 BACKOFF_CAP = timedelta(minutes=10)
 Publisher = Callable[[OutboxMessage], None]
