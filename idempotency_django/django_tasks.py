@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from idempotency_django.calls import idempotent_call
 from idempotency_django.exceptions import RequestInProgress
@@ -172,7 +173,7 @@ def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
                     call.result = fn(*args, **kwargs)
             return call.result
         except RequestInProgress as exc:
-            return _in_progress(context, exc, policy, key, (call_args, kwargs))
+            return _in_progress(_task(context, scope), exc, policy, key, (call_args, kwargs))
 
     setattr(run, MARKER, True)
     return run  # type: ignore[return-value]
@@ -185,6 +186,7 @@ def _key(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> str:
+    key: object
     if policy.key is not None:
         key = policy.key(*args, **kwargs)
     elif carried is not None:
@@ -202,8 +204,19 @@ def _key(
     return key
 
 
+def _task(context: object, scope: str) -> Task[Any, Any] | None:
+    if isinstance(context, TaskContext):
+        return context.task_result.task
+    # Without a context, the task is what @task() made of this function at its path.
+    try:
+        found = import_string(scope)
+    except ImportError:
+        return None
+    return found if isinstance(found, Task) else None
+
+
 def _in_progress(
-    context: object,
+    task: Task[Any, Any] | None,
     exc: RequestInProgress,
     policy: _Policy,
     key: str,
@@ -212,7 +225,6 @@ def _in_progress(
     if policy.on_in_progress == "drop":
         logger.info("idempotent task [%s] dropped: in progress", key)
         return None
-    task = context.task_result.task if isinstance(context, TaskContext) else None
     if policy.on_in_progress == "raise" or task is None or not task.get_backend().supports_defer:
         raise exc
     # No retry API in django.tasks: the same call again, later, carrying its key.

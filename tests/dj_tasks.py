@@ -16,13 +16,14 @@ from typing import Any
 
 import django
 
+from idempotency_django import signals
 from idempotency_django.django_tasks import idempotent_task
 from tests.testapp.models import Charge
 
 if django.VERSION >= (6, 0):
     from django.tasks import TaskContext, task
 else:
-    from django_tasks import TaskContext, task
+    from django_tasks import TaskContext, task  # type: ignore[assignment,no-redef]
 
 __all__ = ["TaskContext", "task"]
 
@@ -88,3 +89,18 @@ def db_by_result_id(context: Any, reference: str, amount: int = 100) -> dict[str
 @idempotent_task(key=lambda reference, amount=100: f"charge-{reference}")
 def db_by_key(reference: str, amount: int = 100) -> dict[str, Any]:
     return _traced(reference, amount)
+
+
+def _hold_after_commit(sender: object, **kwargs: Any) -> None:
+    # Sent once the body's writes and its stored result have committed: the test
+    # kills the worker here, before db_worker marks the result successful.
+    traces = os.environ.get("IDEMPOTENCY_TEST_TRACES")
+    if not traces or sender != "task" or not (Path(traces) / "hold-after").exists():
+        return
+    (Path(traces) / "committed").touch()
+    deadline = time.monotonic() + 120
+    while (Path(traces) / "hold-after").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+signals.outcome.connect(_hold_after_commit, dispatch_uid="tests.dj_tasks.hold_after_commit")

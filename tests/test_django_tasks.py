@@ -34,7 +34,7 @@ def test_a_business_key_runs_once_and_the_duplicate_returns_the_stored_result() 
 def test_the_same_result_delivered_twice_runs_once() -> None:
     # A redelivery of one result (what a database backend's re-run is) keeps its id.
     result = dj_tasks.immediate_by_result_id.enqueue("r2")
-    again = dj_tasks.immediate_by_result_id.call(TaskContext(task_result=result), "r2")
+    again = dj_tasks.immediate_by_result_id.call(TaskContext(task_result=result), "r2")  # type: ignore[arg-type]
     assert again == result.return_value
     assert charges("r2") == 1
     (entry,) = IdempotencyEntry.objects.all()
@@ -50,7 +50,7 @@ def test_two_enqueues_are_two_results_when_keyed_by_result_id() -> None:
 
 def test_a_carried_key_deduplicates_and_never_reaches_the_function() -> None:
     for _ in range(2):
-        result = dj_tasks.immediate_by_result_id.enqueue("r4", **{KEY_ARGUMENT: "outbox-1"})
+        result = dj_tasks.immediate_by_result_id.enqueue("r4", **{KEY_ARGUMENT: "outbox-1"})  # type: ignore[arg-type]
         assert result.status == "SUCCESSFUL", result.errors
     assert charges("r4") == 1
     assert IdempotencyEntry.objects.get().key.endswith("\x1foutbox-1")
@@ -88,11 +88,11 @@ def test_decorating_without_a_key_or_a_context_is_refused() -> None:
         def no_key(order_id: int) -> None: ...
 
     with pytest.raises(TypeError, match="between the task decorator"):
-        idempotent_task(dj_tasks.plain)
+        idempotent_task(dj_tasks.plain)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="callable"):
-        idempotent_task(key="fixed")  # type: ignore[arg-type]
+        idempotent_task(key="fixed")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="on_in_progress"):
-        idempotent_task(key=str, on_in_progress="wait")  # type: ignore[arg-type]
+        idempotent_task(key=str, on_in_progress="wait")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="countdown"):
         idempotent_task(key=str, countdown=-1)
     with pytest.raises(ValueError, match="ttl"):

@@ -18,7 +18,8 @@ class OutboxError(RuntimeError):
 
 
 class _Named(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
 
 def enqueue(
