@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -173,3 +175,23 @@ def test_a_duplicate_in_flight_follows_its_policy(name: str, status: str, error:
     else:
         assert result.errors[0].exception_class is error
     assert charges(f"held-{name}") == 0
+
+
+def test_without_django_tasks_nor_the_backport_the_import_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['django.tasks'] = sys.modules['django_tasks'] = None\n"
+        "import django; from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
+        "django.setup()\n"
+        "try:\n"
+        "    import idempotency_django.django_tasks\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, error, sep='|')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    name, message = result.stdout.strip().split("|")
+    assert name == "django_tasks", result.stderr
+    assert message.endswith("pip install 'idempotency-django[tasks]'")
