@@ -32,6 +32,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from idempotency_django.calls import idempotent_call
+from idempotency_django.conf import MAX_WAIT, bounded, conf
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.extras import raise_missing_extra
 from idempotency_django.fingerprint import bound_arguments, signature_of
@@ -130,7 +131,13 @@ class _Policy:
                     f"idempotent_task({name}=...) takes a callable of the task's arguments."
                 )
         if countdown is not None:
-            check_options("idempotent_task(countdown)", ttl=None, wait=countdown, protocol=None)
+            try:
+                bounded(countdown, MAX_WAIT, zero=True)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"idempotent_task(countdown=...) takes seconds from 0 to a day, "
+                    f"got {countdown!r}."
+                ) from None
         check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
         self.key, self.tenant = key, tenant
         self.on_in_progress, self.countdown = on_in_progress, countdown
@@ -237,8 +244,6 @@ def _in_progress(
 
 
 def _backoff(exc: RequestInProgress) -> float:
-    from idempotency_django.conf import conf
-
     # As the Celery adapter: from the holder's Retry-After, capped by one lease.
     cap = min(BACKOFF_CAP, conf.LEASE.total_seconds())
     return min(cap, float(max(exc.retry_after, 1)))

@@ -131,15 +131,16 @@ def test_tenant_separates_key_spaces() -> None:
 class Holder:
     """Holds ``key`` of ``scope`` in another thread until released."""
 
-    def __init__(self, scope: str, key: str) -> None:
+    def __init__(self, scope: str, key: str, arguments: Any = None) -> None:
         self.held, self.release = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self.hold, args=(scope, key))
+        arguments = {"reference": key} if arguments is None else arguments
+        self.thread = threading.Thread(target=self.hold, args=(scope, key, arguments))
 
-    def hold(self, scope: str, key: str) -> None:
+    def hold(self, scope: str, key: str, arguments: Any) -> None:
         from django.db import connections
 
         try:
-            with idempotent_call(key, scope=scope, arguments={"reference": key}) as call:
+            with idempotent_call(key, scope=scope, arguments=arguments) as call:
                 self.held.set()
                 assert self.release.wait(60)
                 call.result = {"held": True}
@@ -195,3 +196,30 @@ def test_without_django_tasks_nor_the_backport_the_import_names_the_extra() -> N
     name, message = result.stdout.strip().split("|")
     assert name == "django_tasks", result.stderr
     assert message.endswith("pip install 'idempotency-django[tasks]'")
+
+
+# On SQLite the holder's open transaction holds the one write lock the enqueue needs.
+@pytest.mark.requires_postgres
+def test_retry_on_a_backend_that_defers_enqueues_the_call_again_carrying_its_key() -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    arguments = {"reference": "held", "amount": 100}
+    holder = Holder("tests.dj_tasks.db_by_key", "charge-held", arguments)
+    with holder, pytest.raises(RequestInProgress):
+        dj_tasks.db_by_key.call("held")
+    (again,) = DBTaskResult.objects.all()
+    assert again.status == "READY"
+    assert again.args_kwargs == {"args": ["held"], "kwargs": {KEY_ARGUMENT: "charge-held"}}
+    assert again.run_after > again.enqueued_at
+    assert charges("held") == 0
+
+
+def test_retry_without_a_task_to_enqueue_again_raises() -> None:
+    @idempotent_task(key=lambda reference: reference)
+    def not_a_task(reference: str) -> None:
+        Charge.objects.create(reference=reference, amount=1)
+
+    scope = f"{__name__}.{not_a_task.__qualname__}"
+    with Holder(scope, "local"), pytest.raises(RequestInProgress):
+        not_a_task("local")
+    assert charges("local") == 0
