@@ -44,11 +44,13 @@ def traces(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def db_worker(traces: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
+def db_worker(
+    traces: Path, name: str, settings: str = "tests.settings"
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``manage.py db_worker`` on the test database; killed whatever happens."""
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": settings,
         "DATABASE_URL": database_url(),
         "IDEMPOTENCY_TEST_TRACES": str(traces),
     }
@@ -152,6 +154,25 @@ def test_a_worker_killed_after_the_commit_replays_on_the_re_run(traces: Path) ->
     result.refresh()
     assert result.return_value["amount"] == 100
     assert (charges("w3"), runs(traces, "w3")) == (1, 1)
+
+
+def test_under_the_lease_protocol_the_re_run_waits_out_the_dead_claim(traces: Path) -> None:
+    # The claim committed before the body: the killed worker leaves it IN_PROGRESS. The
+    # re-run meets it, fails with RequestInProgress and enqueues itself again, deferred,
+    # until the 5 s lease has passed and the copy takes the claim over.
+    (traces / "hold-w7").touch()
+    dj_tasks.db_by_result_id.enqueue("w7")
+    with db_worker(traces, "a", "tests.settings_lease") as first:
+        wait_for(lambda: runs(traces, "w7") == 1, "the body to start", traces)
+        with db_worker(traces, "b", "tests.settings_lease"):
+            # b is polling before a dies: the re-run comes well within the lease.
+            wait_for(lambda: "Starting worker" in (traces / "b.log").read_text(), "b", traces)
+            os.killpg(first.pid, signal.SIGKILL)
+            (traces / "hold-w7").unlink()
+            requeue("w7")
+            wait_for(lambda: "SUCCESSFUL" in statuses("w7"), "the deferred copy", traces)
+    assert statuses("w7")[0] == "FAILED"  # the re-run that met the dead claim
+    assert (charges("w7"), runs(traces, "w7")) == (1, 2)
 
 
 def test_two_workers_racing_one_key_run_it_once(traces: Path) -> None:
