@@ -23,6 +23,7 @@ refused when decorating. The scope is the function's dotted path, the tenant
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -151,6 +152,13 @@ class _Policy:
 
 
 def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
+    if inspect.iscoroutinefunction(fn):
+        # Its awaited ORM calls would run on other connections, outside the claim's
+        # transaction: the writes and the stored result would not commit together.
+        raise TypeError(
+            f"@idempotent_task on {fn.__qualname__}: an async def task cannot join the "
+            "claim's transaction; write it as a def (the worker runs it in a thread)."
+        )
     shape = signature_of(fn)
     takes_context = shape is not None and next(iter(shape.parameters), None) == "context"
     if policy.key is None and not takes_context:

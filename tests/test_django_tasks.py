@@ -99,6 +99,10 @@ def test_decorating_without_a_key_or_a_context_is_refused() -> None:
         idempotent_task(key=str, countdown=-1)
     with pytest.raises(ValueError, match="ttl"):
         idempotent_task(key=str, ttl=0)
+    with pytest.raises(TypeError, match="async def"):
+
+        @idempotent_task(key=str)
+        async def coroutine(order_id: int) -> None: ...
 
 
 def test_a_key_that_is_not_a_str_fails_loudly() -> None:
