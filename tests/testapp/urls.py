@@ -15,4 +15,5 @@ urlpatterns = [
     path("api/", include("tests.testapp.api_urls")),
     path("protocols/charges/", lock_views.by_headers),
     path("ninja/", ninja_api.api.urls),
+    path("adrf/", include("tests.testapp.adrf_api")),
 ]

@@ -1,0 +1,84 @@
+"""adrf (async DRF) views the tests protect with ``IdempotentMixin``: ``async def`` handlers.
+
+Every execution that commits leaves one ``Charge`` whose reference is the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from adrf import generics as agenerics
+from adrf import viewsets as aviewsets
+from adrf.views import APIView as AsyncAPIView
+from asgiref.sync import sync_to_async
+from django.urls import path
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from idempotency_django.rest_framework import IdempotentMixin
+from tests.testapp.api import ChargeSerializer
+from tests.testapp.models import Charge
+
+
+def _caller(request: Request) -> str:
+    return str(request.user.pk) if request.user.is_authenticated else ""
+
+
+async def _create(request: Request) -> Response:
+    if request.data.get("sleep"):
+        await asyncio.sleep(float(request.data["sleep"]))
+    charge = await Charge.objects.acreate(
+        reference=request.idempotency.key or "",  # type: ignore[attr-defined]
+        amount=int(request.data.get("amount", 0)),
+    )
+    if request.data.get("fail"):
+        raise RuntimeError("boom")
+    body = {"id": charge.pk, "reference": charge.reference, "caller": _caller(request)}
+    answer = int(request.data.get("status", status.HTTP_201_CREATED))
+    return Response(body, status=answer, headers={"Location": f"/charges/{charge.pk}"})
+
+
+class AsyncChargeView(IdempotentMixin, AsyncAPIView):
+    async def post(self, request: Request) -> Response:
+        return await _create(request)
+
+
+class SyncChargeView(IdempotentMixin, AsyncAPIView):
+    """An adrf view with a plain ``def`` handler: adrf runs it synchronously."""
+
+    def post(self, request: Request) -> Response:
+        charge = Charge.objects.create(
+            reference=request.idempotency.key or "",  # type: ignore[attr-defined]
+            amount=int(request.data.get("amount", 0)),
+        )
+        return Response({"id": charge.pk, "caller": _caller(request)}, status=201)
+
+
+class AsyncCreateView(IdempotentMixin, agenerics.CreateAPIView):  # type: ignore[misc]
+    queryset = Charge.objects.all()
+    serializer_class = ChargeSerializer
+
+    async def perform_acreate(self, serializer: Any) -> None:
+        await sync_to_async(serializer.save)(reference=self.request.idempotency.key)
+
+
+class AsyncChargeViewSet(IdempotentMixin, aviewsets.ViewSet):
+    async def create(self, request: Request) -> Response:
+        return await _create(request)
+
+    async def list(self, request: Request) -> Response:
+        return Response([])
+
+
+router = SimpleRouter()
+router.register("viewset", AsyncChargeViewSet, basename="adrf-charges")
+
+urlpatterns: list[Any] = [
+    path("apiview/", AsyncChargeView.as_view()),
+    path("sync-apiview/", SyncChargeView.as_view()),
+    path("generic/", AsyncCreateView.as_view()),
+    *router.urls,
+]
