@@ -155,7 +155,7 @@ held: dict[str, asyncio.Event] = {}
 
 
 @api.post("/async/held", auth=None, response={201: ChargeOut})
-@idempotent
+@idempotent(wait=20)
 async def held_charge(request: HttpRequest, payload: ChargeIn) -> Any:
     key = request.idempotency.key  # type: ignore[attr-defined]
     entered, release = held[f"{key}:entered"], held[f"{key}:release"]
