@@ -46,6 +46,7 @@ Func = TypeVar("Func", bound=Callable[..., Any])
 
 _OPERATION = "_idempotency_ninja_operation"  # the running Operation, on the request
 _PROTECTED = "_idempotency_ninja_options"  # on a protected function: its Options
+_STREAMED = "{}: a streamed answer can't be stored, so a streaming operation can't be idempotent."
 _HINT = (
     "put @idempotent directly under the Ninja operation decorator (@api.post(...) / "
     '@router.post(...)), or protect a whole router with router.add_decorator(idempotent(...), mode="view").'
@@ -127,7 +128,7 @@ def _protect_operation(operation: Operation, options: Options) -> None:
     if hasattr(operation.view_func, _PROTECTED):
         return  # its own @idempotent(...) is the more specific
     if operation.stream_format:
-        raise ImproperlyConfigured(f"{operation.view_func.__qualname__}: a streamed answer can't be stored.")
+        raise ImproperlyConfigured(_STREAMED.format(operation.view_func.__qualname__))
     operation.view_func = _protected(operation.view_func, options)
     _document(operation, options=options)
 
@@ -147,6 +148,8 @@ def _remember(run: Callable[..., Any]) -> Callable[..., Any]:
     operation = _operation_of(run)
     if operation is None:
         raise ImproperlyConfigured(f"@idempotent could not find the Ninja operation: {_HINT}")
+    if operation.stream_format:
+        raise ImproperlyConfigured(_STREAMED.format(operation.view_func.__qualname__))
     return _remembering(run, operation)
 
 
