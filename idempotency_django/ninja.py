@@ -97,7 +97,9 @@ def _decorate(view: Func, *, options: Options) -> Func:
         _protect_operation(operation, options)
         return _remembering(view, operation)  # type: ignore[return-value]
     if hasattr(view, "_ninja_operation"):
-        raise TypeError(f"@idempotent is above the Ninja operation decorator, or in the wrong mode: {_HINT}")
+        raise TypeError(
+            f"@idempotent is above the Ninja operation decorator, or in the wrong mode: {_HINT}"
+        )
     protected = _protected(view, options)
     # First among the function's callbacks, so that our run wrapper sees the
     # operation's own bound run() (a @decorate_view below us wraps it after).
@@ -109,7 +111,7 @@ def _decorate(view: Func, *, options: Options) -> Func:
     decorate_view(_remember)(protected)
     callbacks = protected._ninja_contribute_to_operation  # type: ignore[attr-defined]
     callbacks.insert(0, callbacks.pop())
-    return protected  # type: ignore[return-value]
+    return protected
 
 
 def _protected(view: Func, options: Options) -> Func:
@@ -301,7 +303,10 @@ _PROBLEM = {
     }
 }
 _RETRY_AFTER = {
-    "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}
+    "Retry-After": {
+        "schema": {"type": "integer"},
+        "description": "Seconds to wait before retrying.",
+    }
 }
 _ERRORS: dict[int, dict[str, Any]] = {
     400: {

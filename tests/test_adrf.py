@@ -130,9 +130,15 @@ def test_safe_method_of_an_async_viewset_passes_through() -> None:
 def test_sixteen_racing_retries_execute_once(path: str) -> None:
     for trial in range(10):
         key = f"adrf-{trial}-{new_key()}"
-        responses = race(16, lambda _i: send(path, key))
+
+        def one(_index: int, key: str = key) -> Any:
+            return send(path, key)
+
+        responses = race(16, one)
         assert not [r for r in responses if isinstance(r, BaseException)], responses
-        originals = [r for r in responses if r.status_code == 201 and "Idempotent-Replayed" not in r]
+        originals = [
+            r for r in responses if r.status_code == 201 and "Idempotent-Replayed" not in r
+        ]
         assert len(originals) == 1, [r.status_code for r in responses]
         for response in responses:
             if response is not originals[0] and response.status_code != 409:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -23,7 +24,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def asgi(
-    app: ASGIHandler, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    app: ASGIHandler,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """One HTTP request through the ASGI app; returns (status, headers, body)."""
     scope = {
@@ -41,7 +46,7 @@ async def asgi(
         "server": ("testserver", 80),
     }
     incoming = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[dict[str, Any]] = []
+    sent: list[Mapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         if incoming:
@@ -49,7 +54,7 @@ async def asgi(
         await asyncio.Event().wait()  # the client never disconnects
         raise AssertionError  # pragma: no cover
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Mapping[str, Any]) -> None:
         sent.append(message)
 
     await app(scope, receive, send)
@@ -80,7 +85,8 @@ def test_the_loop_keeps_answering_while_a_protected_request_is_in_its_view() -> 
             pings.append(time.monotonic() - started)
             assert (status, json.loads(pong)) == (200, {"pong": "yes"})
             await asyncio.sleep(0.05)
-        assert not first.done() and not duplicate.done()
+        assert not first.done()
+        assert not duplicate.done()
         release.set()
         return await asyncio.wait_for(first, 30), await asyncio.wait_for(duplicate, 30)
 

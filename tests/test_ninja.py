@@ -35,8 +35,9 @@ def send(
     *,
     api_key: str | None = "key-alice",
     token: str | None = None,
-    **headers: str,
+    headers: dict[str, str] | None = None,
 ) -> Any:
+    headers = dict(headers or {})
     if key is not None:
         headers["Idempotency-Key"] = key
     if api_key is not None:
@@ -208,14 +209,16 @@ def test_unauthenticated_operation_keeps_the_anonymous_scope() -> None:
 
 def test_tenant_option_takes_a_callable() -> None:
     key = new_key()
-    first = send("/ninja/open/charges", key, api_key=None, **{"X-Account": "acct-1"})
-    other = send("/ninja/open/charges", key, api_key=None, **{"X-Account": "acct-2"})
+    first = send("/ninja/open/charges", key, api_key=None, headers={"X-Account": "acct-1"})
+    other = send("/ninja/open/charges", key, api_key=None, headers={"X-Account": "acct-2"})
     assert "Idempotent-Replayed" not in other
     assert set(IdempotencyEntry.objects.filter(key=key).values_list("tenant", flat=True)) >= {
         "acct-1",
         "acct-2",
     }
-    assert_replay(first, send("/ninja/open/charges", key, api_key=None, **{"X-Account": "acct-1"}))
+    assert_replay(
+        first, send("/ninja/open/charges", key, api_key=None, headers={"X-Account": "acct-1"})
+    )
 
 
 @pytest.mark.parametrize("path", ["/ninja/wide/charges", "/ninja/wide/async/charges"])
@@ -227,7 +230,9 @@ def test_router_wide_form_protects_every_unsafe_operation(path: str) -> None:
     assert IdempotencyEntry.objects.get(key=key).expires_at <= timezone.now() + timedelta(
         seconds=601
     )
-    assert Client().get("/ninja/wide/charges", headers={"X-API-Key": "key-alice"}).status_code == 200
+    assert (
+        Client().get("/ninja/wide/charges", headers={"X-API-Key": "key-alice"}).status_code == 200
+    )
 
 
 def _openapi() -> dict[str, Any]:
@@ -287,9 +292,15 @@ def test_sixteen_racing_retries_execute_once(path: str) -> None:
     for trial in range(10):
         key = f"ninja-{trial}-{new_key()}"
         body = {"amount": 100, "sleep": 0.01 if trial % 2 else 0}
-        responses = race(16, lambda _i: send(path, key, body))
+
+        def one(_index: int, key: str = key, body: dict[str, Any] = body) -> Any:
+            return send(path, key, body)
+
+        responses = race(16, one)
         assert not [r for r in responses if isinstance(r, BaseException)], responses
-        originals = [r for r in responses if r.status_code == 201 and "Idempotent-Replayed" not in r]
+        originals = [
+            r for r in responses if r.status_code == 201 and "Idempotent-Replayed" not in r
+        ]
         assert len(originals) == 1, [r.status_code for r in responses]
         for response in responses:
             if response is originals[0] or response.status_code == 409:

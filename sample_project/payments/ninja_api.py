@@ -8,6 +8,8 @@ static files (``"ninja"`` is in ``INSTALLED_APPS``), not from a CDN.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 from ninja import NinjaAPI, Schema, Status
@@ -44,19 +46,21 @@ api = NinjaAPI(title="Payments (Ninja)", urls_namespace="ninja", auth=ApiKey())
 
 @api.post("/charges", response={201: ChargeOut})
 @idempotent
-def create_charge(request: HttpRequest, payload: ChargeIn) -> Status:
+def create_charge(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
     """Take a charge; retry it with the same `Idempotency-Key` as often as you like."""
     provider_key = request.idempotency.derive("provider")  # type: ignore[attr-defined]
-    charge = Charge.objects.create(user=request.auth, provider_key=provider_key, **payload.dict())  # type: ignore[attr-defined]
+    user = request.auth  # type: ignore[attr-defined]
+    charge = Charge.objects.create(user=user, provider_key=provider_key, **payload.dict())
     return Status(201, charge)
 
 
 @api.post("/async/charges", response={201: ChargeOut})
 @idempotent
-async def create_charge_async(request: HttpRequest, payload: ChargeIn) -> Status:
+async def create_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
     """The same, as an ``async def`` operation."""
     provider_key = request.idempotency.derive("provider")  # type: ignore[attr-defined]
-    charge = await Charge.objects.acreate(user=request.auth, provider_key=provider_key, **payload.dict())  # type: ignore[attr-defined]
+    user = request.auth  # type: ignore[attr-defined]
+    charge = await Charge.objects.acreate(user=user, provider_key=provider_key, **payload.dict())
     return Status(201, charge)
 
 

@@ -28,31 +28,32 @@ def _caller(request: Request) -> str:
 
 
 async def _create(request: Request) -> Response:
-    if request.data.get("sleep"):
-        await asyncio.sleep(float(request.data["sleep"]))
+    data: Any = request.data
+    if data.get("sleep"):
+        await asyncio.sleep(float(data["sleep"]))
     charge = await Charge.objects.acreate(
         reference=request.idempotency.key or "",  # type: ignore[attr-defined]
-        amount=int(request.data.get("amount", 0)),
+        amount=int(data.get("amount", 0)),
     )
-    if request.data.get("fail"):
+    if data.get("fail"):
         raise RuntimeError("boom")
     body = {"id": charge.pk, "reference": charge.reference, "caller": _caller(request)}
-    answer = int(request.data.get("status", status.HTTP_201_CREATED))
+    answer = int(data.get("status", status.HTTP_201_CREATED))
     return Response(body, status=answer, headers={"Location": f"/charges/{charge.pk}"})
 
 
-class AsyncChargeView(IdempotentMixin, AsyncAPIView):
+class AsyncChargeView(IdempotentMixin, AsyncAPIView):  # type: ignore[misc]
     async def post(self, request: Request) -> Response:
         return await _create(request)
 
 
-class SyncChargeView(IdempotentMixin, AsyncAPIView):
+class SyncChargeView(IdempotentMixin, AsyncAPIView):  # type: ignore[misc]
     """An adrf view with a plain ``def`` handler: adrf runs it synchronously."""
 
     def post(self, request: Request) -> Response:
         charge = Charge.objects.create(
             reference=request.idempotency.key or "",  # type: ignore[attr-defined]
-            amount=int(request.data.get("amount", 0)),
+            amount=int(request.data.get("amount", 0)),  # type: ignore[union-attr]
         )
         return Response({"id": charge.pk, "caller": _caller(request)}, status=201)
 
@@ -62,10 +63,11 @@ class AsyncCreateView(IdempotentMixin, agenerics.CreateAPIView):  # type: ignore
     serializer_class = ChargeSerializer
 
     async def perform_acreate(self, serializer: Any) -> None:
-        await sync_to_async(serializer.save)(reference=self.request.idempotency.key)
+        key = self.request.idempotency.key  # type: ignore[attr-defined]
+        await sync_to_async(serializer.save)(reference=key)
 
 
-class AsyncChargeViewSet(IdempotentMixin, aviewsets.ViewSet):
+class AsyncChargeViewSet(IdempotentMixin, aviewsets.ViewSet):  # type: ignore[misc]
     async def create(self, request: Request) -> Response:
         return await _create(request)
 

@@ -63,7 +63,12 @@ def _charge(request: HttpRequest, payload: ChargeIn) -> Charge:
 
 def _out(request: HttpRequest, charge: Charge) -> dict[str, Any]:
     caller = getattr(request, "auth", None)
-    return {"id": charge.pk, "reference": charge.reference, "amount": charge.amount, "caller": str(caller)}
+    return {
+        "id": charge.pk,
+        "reference": charge.reference,
+        "amount": charge.amount,
+        "caller": str(caller),
+    }
 
 
 api = NinjaAPI(urls_namespace="tests-ninja", auth=ApiKey())
