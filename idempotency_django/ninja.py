@@ -30,10 +30,11 @@ from django.utils.crypto import salted_hmac
 from idempotency_django.extras import raise_missing_extra
 
 try:
-    from ninja.operation import Operation
+    import ninja  # noqa: F401
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "ninja")
 from ninja.decorators import decorate_view
+from ninja.operation import Operation
 
 from idempotency_django import core
 from idempotency_django.conf import TenantResolver, conf
