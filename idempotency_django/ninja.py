@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
+import hmac
 import inspect
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -25,7 +27,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
-from django.utils.crypto import salted_hmac
+from django.utils.encoding import force_bytes
 
 from idempotency_django.extras import raise_missing_extra
 
@@ -40,6 +42,7 @@ from idempotency_django import core
 from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
+from idempotency_django.keys import _derivation_secret
 from idempotency_django.options import KeyExtractor, Options, check_option_names
 from idempotency_django.responses import PROBLEM_CONTENT_TYPE, problem_response
 
@@ -241,21 +244,27 @@ def principal_tenant(principal: object) -> str:
     A user is its primary key (the key space of ``IDEMPOTENCY_TENANT_RESOLVER``'s
     default, so a session caller and a ``django_auth`` caller are one tenant); another
     model instance (a token row) is its model and primary key; a string, bytes or
-    number (an API key, a bearer token) is a keyed digest of it, never the secret itself.
+    number (an API key, a bearer token) is a digest of it keyed by the oldest configured
+    secret (as derived keys are), never the credential itself.
     """
     if isinstance(principal, AbstractBaseUser):
         return str(principal.pk)
     if isinstance(principal, Model):
         return f"{principal._meta.label_lower}:{principal.pk}"
     if isinstance(principal, str | bytes | int) and not isinstance(principal, bool):
-        value = principal if isinstance(principal, str | bytes) else str(principal)
-        digest = salted_hmac("idempotency_django.ninja.principal", value, algorithm="sha256")
-        return f"credential:{digest.hexdigest()}"
+        return f"credential:{_credential_digest(force_bytes(principal))}"
     raise ImproperlyConfigured(
         f"The Ninja auth returned {type(principal).__name__}, which does not say who the "
         "caller is: return a user, a model instance or the credential from the auth class, "
         "or pass @idempotent(tenant=...) a callable of the request."
     )
+
+
+def _credential_digest(credential: bytes) -> str:
+    # Under the oldest configured secret, as derived keys are (keys.derive_key): a
+    # SECRET_KEY rotation must not move a caller to a new key space mid-retry.
+    secret = hashlib.sha256(b"idempotency_django.ninja.principal" + _derivation_secret()).digest()
+    return hmac.new(secret, credential, hashlib.sha256).hexdigest()
 
 
 def _document(operation: Operation, *, options: Options) -> None:

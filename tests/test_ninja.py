@@ -277,6 +277,24 @@ def test_wrong_option_is_a_type_error_when_applied() -> None:
         idempotent(ttl_seconds=3)  # type: ignore[call-overload]
 
 
+def test_a_credentials_key_space_survives_a_secret_key_rotation(settings: Any) -> None:
+    before = principal_tenant("key-alice")
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-new-secret-key"
+    assert principal_tenant("key-alice") == before
+
+
+def test_principals_of_each_kind(django_user_model: Any) -> None:
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create_user("erin")
+    token = Token.objects.create(user=user)
+    assert principal_tenant(user) == str(user.pk)
+    assert principal_tenant(token) == f"authtoken.token:{token.pk}"
+    assert principal_tenant(b"key-alice") == principal_tenant("key-alice")
+    assert principal_tenant(7) == principal_tenant("7") != principal_tenant(8)
+
+
 def test_unidentifying_principal_is_refused_loudly() -> None:
     from django.core.exceptions import ImproperlyConfigured
 

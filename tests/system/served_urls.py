@@ -14,13 +14,12 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-
-from asgiref.sync import sync_to_async
 from ninja import NinjaAPI, Status
 
 from idempotency_django import idempotent
