@@ -21,6 +21,7 @@ from rest_framework.routers import SimpleRouter
 from idempotency_django.rest_framework import IdempotentMixin
 from tests.testapp.api import ChargeSerializer
 from tests.testapp.models import Charge
+from tests.testapp.ninja_api import held
 
 
 def _caller(request: Request) -> str:
@@ -67,6 +68,18 @@ class AsyncCreateView(IdempotentMixin, agenerics.CreateAPIView):  # type: ignore
         await sync_to_async(serializer.save)(reference=key)
 
 
+class HeldView(IdempotentMixin, AsyncAPIView):  # type: ignore[misc]
+    """Waits, on the event loop, for the test's go (tests/test_async_loop.py)."""
+
+    idempotency_wait = 20
+
+    async def post(self, request: Request) -> Response:
+        key = request.idempotency.key  # type: ignore[attr-defined]
+        held[f"{key}:entered"].set()
+        await held[f"{key}:release"].wait()
+        return await _create(request)
+
+
 class AsyncChargeViewSet(IdempotentMixin, aviewsets.ViewSet):  # type: ignore[misc]
     async def create(self, request: Request) -> Response:
         return await _create(request)
@@ -82,5 +95,6 @@ urlpatterns: list[Any] = [
     path("apiview/", AsyncChargeView.as_view()),
     path("sync-apiview/", SyncChargeView.as_view()),
     path("generic/", AsyncCreateView.as_view()),
+    path("held/", HeldView.as_view()),
     *router.urls,
 ]
