@@ -337,3 +337,45 @@ def test_two_callers_racing_one_key_stay_apart(path: str) -> None:
         mine = [r for i, r in enumerate(responses) if callers[i] == caller and r.status_code == 201]
         assert {json.loads(r.content)["caller"] for r in mine} == {caller}
     assert charges(key) == 2
+
+
+def test_router_wide_form_in_ninjas_default_mode_is_a_type_error() -> None:
+    from ninja import Router
+
+    router = Router()
+    router.add_decorator(idempotent(ttl=60))
+
+    @router.post("/charge")
+    def charge(request: Any) -> dict[str, str]:
+        return {}
+
+    api = NinjaAPI(urls_namespace="default-mode")
+    api.add_router("/", router)
+    with pytest.raises(TypeError, match='mode="view"'):
+        api.urls  # noqa: B018
+
+
+def test_a_decorate_view_below_it_still_runs() -> None:
+    from django.views.decorators.cache import never_cache
+    from ninja.decorators import decorate_view
+
+    api = NinjaAPI(urls_namespace="with-decorate-view")
+
+    @api.post("/charge", auth=None)
+    @idempotent
+    @decorate_view(never_cache)
+    def charge(request: Any) -> dict[str, str]:
+        return {"key": request.idempotency.key}
+
+    operation = api._get_bound_routers()[0].path_operations["/charge"].operations[0]
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/charge", headers={"Idempotency-Key": "k-decorated"})
+    first = operation.run(request)
+    retry = operation.run(
+        RequestFactory().post("/charge", headers={"Idempotency-Key": "k-decorated"})
+    )
+    assert first.status_code == 200
+    assert "no-cache" in first["Cache-Control"]
+    assert retry["Idempotent-Replayed"] == "true"
+    assert retry.content == first.content
