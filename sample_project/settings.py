@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's and ReDoc's assets, served offline
+    "ninja",  # its /ninja/docs page then loads Swagger UI from static files, not a CDN
     "idempotency_django",
     "idempotency_django.outbox",
     "idempotency_django.contrib.prometheus",

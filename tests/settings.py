@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     "rest_framework",
     "rest_framework.authtoken",
+    "ninja",
     "idempotency_django",
     "idempotency_django.outbox",
     "tests.testapp",
