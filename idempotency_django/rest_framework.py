@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from idempotency_django.extras import raise_missing_extra
@@ -79,8 +79,9 @@ class IdempotentMixin(_Base):
     idempotency_lease: ClassVar[float | timedelta | None] = None
     #: The unsafe methods protected; ``None`` means POST, PUT, PATCH and DELETE.
     idempotency_methods: ClassVar[Iterable[str] | None] = None
-    #: Database alias holding the entries (``IDEMPOTENCY_DATABASE``).
-    idempotency_database: ClassVar[str | None] = None
+    #: Database alias holding the entries, or a callable (request → alias) or its dotted
+    #: path (``IDEMPOTENCY_DATABASE``).
+    idempotency_database: ClassVar[str | Callable[[HttpRequest], str] | None] = None
     #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
     idempotency_cache: ClassVar[str | None] = None
     #: ``"lock"`` or ``"lease"`` (``IDEMPOTENCY_PROTOCOL``).
@@ -220,7 +221,7 @@ class IdempotentMixin(_Base):
             name = f"{type(self).__qualname__}.get_idempotency_ttl()"
             raise ValueError(f"{name} must be positive and at most 100 years.") from None
         return replace(
-            options.resolve(),
+            options.resolve(request._request),
             ttl=ttl,
             key=self._key_extractor(request),
             fingerprint=lambda _request: self.get_idempotency_fingerprint(request),
