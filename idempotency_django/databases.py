@@ -149,6 +149,11 @@ def holding_aliases(model: type[models.Model] | None = None) -> list[str]:
     ]
 
 
+def chosen_or_every(database: str | None, model: type[models.Model] | None = None) -> list[str]:
+    """``[database]`` when a command or task names one, else :func:`holding_aliases`."""
+    return [database] if database is not None else holding_aliases(model)
+
+
 def _read_only(alias: str) -> bool:
     conn = connections[alias]
     if conn.vendor != "postgresql":
@@ -248,6 +253,7 @@ def _name(chosen: Chooser) -> str:
 
 __all__ = [
     "UncoveredWrite",
+    "chosen_or_every",
     "default_alias",
     "entries_alias",
     "entries_aliases",

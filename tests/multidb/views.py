@@ -1,0 +1,61 @@
+"""Protected views of a sharded project, and the issue's two-databases mistake."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from idempotency_django import idempotent
+from idempotency_django.databases import uncovered
+from idempotency_django.rest_framework import IdempotentMixin
+from tests.multidb.routing import shard
+from tests.testapp.models import Charge
+
+
+def _amount(request: HttpRequest) -> int:
+    return int(json.loads(request.body or b"{}").get("amount", 1))
+
+
+@idempotent  # IDEMPOTENCY_DATABASE is tests.multidb.routing.shard
+def sharded_charge(request: HttpRequest) -> HttpResponse:
+    # The tenant router sends the business row to the tenant's shard.
+    charge = Charge.objects.create(reference=request.headers["X-Ref"], amount=_amount(request))
+    return JsonResponse({"id": charge.pk, "shard": charge._state.db}, status=201)
+
+
+class ShardedChargeAPI(IdempotentMixin, APIView):
+    authentication_classes = ()
+    permission_classes = ()
+    idempotency_database = staticmethod(shard)
+
+    def get_idempotency_tenant(self, request: Request) -> str:
+        return str(request.headers.get("X-Tenant", ""))
+
+    def post(self, request: Request) -> Response:
+        charge = Charge.objects.create(reference=request.headers["X-Ref"], amount=1)
+        return Response({"shard": charge._state.db}, status=201)
+
+
+@idempotent(database="default")
+def charge_on_the_other_database(request: HttpRequest) -> HttpResponse:
+    """The issue's case: the entry in default, the charge in shard1, then a 500."""
+    Charge.objects.using("shard1").create(reference=request.headers["X-Ref"], amount=1)
+    return JsonResponse({"error": "downstream failed"}, status=500)
+
+
+@idempotent(database="default")
+def audit_on_the_other_database(request: HttpRequest) -> HttpResponse:
+    with uncovered("shard1"):  # an audit line may repeat: knowingly outside the key
+        Charge.objects.using("shard1").create(reference=request.headers["X-Ref"], amount=0)
+    Charge.objects.using("default").create(reference=request.headers["X-Ref"], amount=1)
+    return JsonResponse({}, status=201)
+
+
+@idempotent(database="default")
+def replica_charge(request: HttpRequest) -> HttpResponse:
+    charge = Charge.objects.create(reference=request.headers["X-Ref"], amount=_amount(request))
+    return JsonResponse({"id": charge.pk}, status=201)
