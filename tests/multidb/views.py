@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.request import Request
@@ -24,6 +25,7 @@ def _amount(request: HttpRequest) -> int:
 def sharded_charge(request: HttpRequest) -> HttpResponse:
     # The tenant router sends the business row to the tenant's shard.
     charge = Charge.objects.create(reference=request.headers["X-Ref"], amount=_amount(request))
+    time.sleep(float(json.loads(request.body or b"{}").get("sleep", 0)))
     return JsonResponse({"id": charge.pk, "shard": charge._state.db}, status=201)
 
 
