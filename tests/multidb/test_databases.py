@@ -95,10 +95,11 @@ def test_outside_a_request_a_chooser_needs_the_database_named() -> None:
 # (2) The case: the entry in default, the charge in shard1, a 500, sent twice.
 
 
-def test_a_write_to_another_database_is_refused_in_tests_and_never_runs() -> None:
+@pytest.mark.parametrize("path", ["/two-databases/charges/", "/two-databases/async/"])
+def test_a_write_to_another_database_is_refused_in_tests_and_never_runs(path: str) -> None:
     key = new_key()
     for _ in range(2):
-        response = send("/two-databases/charges/", "a-1", key, "twice")
+        response = send(path, "a-1", key, "twice")
         assert response.status_code == 500
     assert on("shard1", "twice") == 0  # refused before the INSERT ran: no charge at all
     assert entries("default", "a-1") == 0
@@ -268,3 +269,21 @@ def test_the_admin_lists_each_shard(admin_client: Client) -> None:
     )
     assert detail.status_code == 200
     assert b"b-7" in detail.content
+
+
+def test_atomic_requests_leaves_every_shard_to_a_view_choosing_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.handlers.base import BaseHandler
+
+    from tests.multidb import views
+
+    for alias in ALL:
+        monkeypatch.setitem(connections.settings[alias], "ATOMIC_REQUESTS", True)
+    # Django decides before the request which databases to wrap: none of the shards
+    # the chooser may pick (the view opens that transaction itself, claim first).
+    assert BaseHandler().make_view_atomic(views.sharded_charge) is views.sharded_charge
+    key = new_key()
+    assert send("/sharded/charges/", "b-3", key, "atomic").status_code == 201
+    assert send("/sharded/charges/", "b-3", key, "atomic")["Idempotent-Replayed"] == "true"
+    assert on("shard1", "atomic") == 1

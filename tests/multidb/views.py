@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -46,6 +47,14 @@ class ShardedChargeAPI(IdempotentMixin, APIView):
 def charge_on_the_other_database(request: HttpRequest) -> HttpResponse:
     """The issue's case: the entry in default, the charge in shard1, then a 500."""
     Charge.objects.using("shard1").create(reference=request.headers["X-Ref"], amount=1)
+    return JsonResponse({"error": "downstream failed"}, status=500)
+
+
+@idempotent(database="default")
+async def async_charge_on_the_other_database(request: HttpRequest) -> HttpResponse:
+    """The same mistake in an async view."""
+    create = sync_to_async(Charge.objects.using("shard1").create)
+    await create(reference=request.headers["X-Ref"], amount=1)
     return JsonResponse({"error": "downstream failed"}, status=500)
 
 
