@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
@@ -49,18 +49,16 @@ class DatabaseFilter(admin.SimpleListFilter):
     parameter_name = "database"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        aliases = possible_aliases()
+        aliases = possible_aliases(model_admin.model)
         return [(alias, alias) for alias in aliases] if len(aliases) > 1 else []
 
-    def queryset(
-        self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]
-    ) -> QuerySet[IdempotencyEntry]:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset  # get_queryset() already picked the alias
 
 
-def listed_alias(request: HttpRequest) -> str:
+def listed_alias(request: HttpRequest, model: type[Model] = IdempotencyEntry) -> str:
     """The alias the admin shows: ``?database=`` (kept in a detail page's changelist filters)."""
-    aliases = possible_aliases()
+    aliases = possible_aliases(model)
     filters = parse_qs(request.GET.get("_changelist_filters", ""))
     wanted = request.GET.get("database") or filters.get("database", [""])[0]
     return wanted if wanted in aliases else aliases[0]

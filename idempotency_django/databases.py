@@ -150,8 +150,12 @@ def holding_aliases(model: type[models.Model] | None = None) -> list[str]:
 
 
 def chosen_or_every(database: str | None, model: type[models.Model] | None = None) -> list[str]:
-    """``[database]`` when a command or task names one, else :func:`holding_aliases`."""
-    return [database] if database is not None else holding_aliases(model)
+    """``[database]`` when a command or task names one, else :func:`holding_aliases`
+    (no query when only one alias may hold the rows: a single-database project)."""
+    if database is not None:
+        return [database]
+    possible = possible_aliases(model)
+    return possible if len(possible) == 1 else holding_aliases(model)
 
 
 def _read_only(alias: str) -> bool:

@@ -292,3 +292,17 @@ def test_atomic_requests_leaves_every_shard_to_a_view_choosing_per_request(
     assert send("/sharded/charges/", "b-3", key, "atomic").status_code == 201
     assert send("/sharded/charges/", "b-3", key, "atomic")["Idempotent-Replayed"] == "true"
     assert on("shard1", "atomic") == 1
+
+
+def test_the_outbox_admin_and_metrics_reach_each_shard(admin_client: Client) -> None:
+    from django.urls import reverse
+
+    from idempotency_django.outbox.models import OutboxMessage
+    from idempotency_django.outbox.prometheus import OutboxCollector
+
+    OutboxMessage.objects.using("shard1").create(key="k-shard1", task="t", args=[], kwargs={})
+    url = reverse(f"admin:{OutboxMessage._meta.app_label}_outboxmessage_changelist")
+    assert b"k-shard1" not in admin_client.get(url).content
+    assert b"k-shard1" in admin_client.get(url, {"database": "shard1"}).content
+    gauges = {family.name: family.samples[0].value for family in OutboxCollector().collect()}
+    assert gauges["idempotency_outbox_pending"] == 1
