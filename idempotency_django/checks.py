@@ -256,7 +256,7 @@ def _entries_vendor() -> list[CheckMessage]:
     except ImproperlyConfigured:
         return []  # E008 / E060 report it
     messages: list[CheckMessage] = []
-    for alias in aliases:
+    for alias in (a for a in aliases if a in settings.DATABASES):  # else E008 reports it
         vendor = connections[alias].vendor
         messages += [
             *check_database_vendor(alias, vendor),

@@ -91,7 +91,10 @@ def entries_alias(option: object, request: HttpRequest | None) -> str:
 def entries_aliases(option: object) -> list[str]:
     """The aliases ``option`` (``None``: the setting) may put entries in, known before the
     request: its alias, or, for a callable, every alias that may hold entries."""
-    chosen = chooser(setting() if option is None else option)
+    value = setting() if option is None else option
+    if isinstance(value, str) and "." not in value:
+        return [value]  # an alias; a wrong one is E008's, not a 500 here
+    chosen = chooser(value)
     return [chosen] if isinstance(chosen, str) else possible_aliases()
 
 
