@@ -28,7 +28,6 @@ from idempotency_django import signals
 
 logger = logging.getLogger("idempotency_django")
 Chooser: TypeAlias = Callable[[HttpRequest], str]
-EntriesOption: TypeAlias = "str | Chooser"
 
 # The alias of the protected view running in this context (what the outbox and
 # nested calls default to), and the aliases its view may write to uncovered.
@@ -178,8 +177,9 @@ _WRITE = re.compile(
 _WITH_WRITE = re.compile(r"^\s*WITH\b.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I | re.S)
 
 
-def is_write(sql: str) -> bool:
-    return bool(_WRITE.match(sql) or _WITH_WRITE.match(sql))
+def is_write(sql: object) -> bool:
+    text = sql.decode(errors="replace") if isinstance(sql, bytes) else str(sql)
+    return bool(_WRITE.match(text) or _WITH_WRITE.match(text))
 
 
 @contextmanager

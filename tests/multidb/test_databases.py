@@ -160,6 +160,12 @@ def test_refusing_follows_debug_and_the_test_environment(monkeypatch: pytest.Mon
         assert databases.refusing()
 
 
+def test_an_idempotent_call_on_another_database_is_covered_by_its_own_key() -> None:
+    for key in (new_key(), new_key()):  # two requests, one ledger call
+        assert send("/two-databases/nested-call/", "a-1", key, "ledger-1").status_code == 201
+    assert on("shard1", "ledger-1") == 1
+
+
 def test_writes_declared_uncovered_pass() -> None:
     key = new_key()
     assert send("/two-databases/uncovered/", "a-1", key, "audit").status_code == 201

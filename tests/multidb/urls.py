@@ -11,6 +11,7 @@ urlpatterns = [
     path("sharded/api/charges/", views.ShardedChargeAPI.as_view()),
     path("two-databases/charges/", views.charge_on_the_other_database),
     path("two-databases/async/", views.async_charge_on_the_other_database),
+    path("two-databases/nested-call/", views.nested_call_on_the_other_database),
     path("two-databases/uncovered/", views.audit_on_the_other_database),
     path("replica/charges/", views.replica_charge),
     path("", include("tests.testapp.urls")),

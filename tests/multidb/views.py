@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django import idempotent
+from idempotency_django import idempotent, idempotent_call
 from idempotency_django.databases import uncovered
 from idempotency_django.rest_framework import IdempotentMixin
 from tests.multidb.routing import shard
@@ -56,6 +56,17 @@ async def async_charge_on_the_other_database(request: HttpRequest) -> HttpRespon
     create = sync_to_async(Charge.objects.using("shard1").create)
     await create(reference=request.headers["X-Ref"], amount=1)
     return JsonResponse({"error": "downstream failed"}, status=500)
+
+
+@idempotent(database="default")
+def nested_call_on_the_other_database(request: HttpRequest) -> HttpResponse:
+    """A call protected by its own key on shard1: covered, not an uncovered write."""
+    ref = request.headers["X-Ref"]
+    with idempotent_call(ref, scope="ledger", database="shard1") as call:
+        if not call.replayed:
+            Charge.objects.using("shard1").create(reference=ref, amount=1)
+            call.result = "ok"
+    return JsonResponse({}, status=201)
 
 
 @idempotent(database="default")
