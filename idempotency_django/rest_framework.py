@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 
 from idempotency_django.extras import raise_missing_extra
@@ -81,7 +81,7 @@ class IdempotentMixin(_Base):
     idempotency_methods: ClassVar[Iterable[str] | None] = None
     #: Database alias holding the entries, or a callable (request → alias) or its dotted
     #: path (``IDEMPOTENCY_DATABASE``).
-    idempotency_database: ClassVar[str | Callable[[HttpRequest], str] | None] = None
+    idempotency_database: ClassVar[str | Callable[..., str] | None] = None
     #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
     idempotency_cache: ClassVar[str | None] = None
     #: ``"lock"`` or ``"lease"`` (``IDEMPOTENCY_PROTOCOL``).

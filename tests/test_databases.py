@@ -34,7 +34,7 @@ def _request(key: str = "k-1") -> HttpRequest:
         content_type="application/json",
         headers={"Idempotency-Key": key},
     )
-    request.user = type("U", (), {"is_authenticated": True, "pk": 7})()  # type: ignore[attr-defined]
+    request.user = type("U", (), {"is_authenticated": True, "pk": 7})()
     return request
 
 

@@ -14,7 +14,7 @@ from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES, MIDDLEWARE
 
 
-def _sibling(suffix: str) -> dict[str, Any]:
+def _sibling(suffix: str) -> Any:
     base = DATABASES["default"]
     if base["ENGINE"] == "django.db.backends.sqlite3":
         name = os.path.join(tempfile.gettempdir(), f"idempotency-{suffix}-{os.getpid()}.sqlite3")

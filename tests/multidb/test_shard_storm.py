@@ -3,6 +3,7 @@ across tenants of both shards commits each (tenant, key) once, in its tenant's s
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from datetime import timedelta
@@ -43,6 +44,10 @@ def _send(tenant: str, key: str, sleep: float) -> Any:
     )
 
 
+def _send_nth(index: int, *, key: str, sleep: float) -> Any:
+    return _send(TENANTS[index % len(TENANTS)], key, sleep)
+
+
 def test_a_storm_across_both_shards_commits_each_key_once_in_its_shard(protocol: str) -> None:
     kinds: Counter[str] = Counter()
     keys = []
@@ -50,9 +55,7 @@ def test_a_storm_across_both_shards_commits_each_key_once_in_its_shard(protocol:
         key = f"storm-{trial}-{new_key()}"  # one key, four tenants: four independent entries
         keys.append(key)
         sleep = 0.02 if trial % 2 else 0.0
-        responses = race(
-            THREADS, lambda i, key=key, sleep=sleep: _send(TENANTS[i % len(TENANTS)], key, sleep)
-        )
+        responses = race(THREADS, functools.partial(_send_nth, key=key, sleep=sleep))
         assert not [r for r in responses if isinstance(r, BaseException)], responses
         for response in responses:
             replayed = response.get("Idempotent-Replayed") == "true"

@@ -32,7 +32,7 @@ def _release_pgbouncer_servers(django_db_setup: None) -> Iterator[None]:
     yield
     from django.conf import settings
 
-    if settings.POOLER != "pgbouncer":
+    if getattr(settings, "POOLER", None) != "pgbouncer":
         return
     import psycopg
 
