@@ -220,7 +220,7 @@ class _Watch:
         self.other, self.alias = other, alias
         self.refused = self.reported = False
 
-    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    def __call__(self, execute: Any, sql: object, params: Any, many: bool, context: Any) -> Any:
         if is_write(sql) and self.other not in _uncovered.get():
             self._report()
         return execute(sql, params, many, context)

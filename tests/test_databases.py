@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
@@ -121,3 +122,89 @@ def test_w060_a_wait_that_outlasts_the_pools_checkout(
 ) -> None:
     ids = [m.id for m in check_wait_within_pool("default", wait, options)]
     assert ids == (["idempotency_django.W060"] if warned else [])
+
+
+class _Executed:
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+
+    def __call__(self, sql: str, params: Any, many: bool, context: Any) -> str:
+        self.sql.append(sql)
+        return "ran"
+
+
+def test_the_watch_refuses_a_write_before_it_runs_and_lets_reads_through() -> None:
+    execute = _Executed()
+    watch = databases._Watch("other", "default")
+    assert watch(execute, "SELECT 1", None, False, {}) == "ran"
+    with pytest.raises(databases.UncoveredWrite, match="'other'"):
+        watch(execute, "INSERT INTO t VALUES (1)", None, False, {})
+    assert execute.sql == ["SELECT 1"]
+    assert watch.refused
+    with databases.uncovered("other"):
+        assert watch(execute, b"DELETE FROM t", None, False, {}) == "ran"
+
+
+def test_in_production_the_watch_warns_once_per_request_and_signals(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django import signals
+
+    monkeypatch.setattr(databases, "refusing", lambda: False)
+    seen: list[Any] = []
+    signals.uncovered_write.connect(receiver := lambda sender, **kw: seen.append(kw["alias"]))
+    try:
+        execute = _Executed()
+        watch = databases._Watch("other", "default")
+        for _ in range(2):
+            assert watch(execute, "UPDATE t SET a = 1", None, False, {}) == "ran"
+    finally:
+        signals.uncovered_write.disconnect(receiver)
+    assert seen == ["other"]
+    assert len([r for r in caplog.records if "'other'" in r.getMessage()]) == 1
+
+
+def test_watching_sets_the_views_alias_and_fails_a_view_that_swallowed_the_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    swallowed = databases._Watch("other", "default")
+    swallowed.refused = True
+    monkeypatch.setattr(databases, "_Watch", lambda other, alias: swallowed)
+    monkeypatch.setattr(databases, "connections", _FakeConnections())
+    with pytest.raises(databases.UncoveredWrite), databases.watching("default"):
+        assert databases.default_alias() == "default"
+    assert databases._current.get() is None
+
+
+class _FakeConnections:
+    """``default`` and ``other``, each taking an execute wrapper."""
+
+    def __iter__(self) -> Any:
+        return iter(["default", "other"])
+
+    def __getitem__(self, alias: str) -> Any:
+        from contextlib import nullcontext
+
+        return type("C", (), {"execute_wrapper": staticmethod(lambda w: nullcontext())})()
+
+
+@pytest.mark.django_db
+def test_one_database_holds_the_entries_and_the_outbox() -> None:
+    from idempotency_django.outbox.models import OutboxMessage
+
+    assert databases.possible_aliases() == ["default"]
+    assert databases.holding_aliases() == ["default"]
+    assert databases.holding_aliases(OutboxMessage) == ["default"]
+    assert databases.chosen_or_every(None) == ["default"]
+    assert databases.chosen_or_every("default") == ["default"]
+
+
+def test_a_chooser_needs_a_request_and_must_answer_an_alias() -> None:
+    with pytest.raises(ImproperlyConfigured, match="name the database explicitly"):
+        databases.entries_alias(choose, None)
+    with pytest.raises(ImproperlyConfigured, match=r"<lambda> returned 'nowhere', not an alias"):
+        databases.entries_alias(lambda request: "nowhere", _request())
+    with pytest.raises(ImproperlyConfigured, match="is not callable"):
+        databases.entries_alias("os.sep", _request())
+    with pytest.raises(ImproperlyConfigured, match="can't be imported"):
+        databases.entries_alias("tests.nowhere.choose", _request())
