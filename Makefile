@@ -74,5 +74,18 @@ TOX_CORNERS := py311-dj52-postgres,py313-dj61-postgres
 tox-corners: install
 	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS)
 
+# Past one database (docs/contributing.rst): shards and a replica (SQLite, then PostgreSQL),
+# then the race, crash and wait tests through PgBouncer (transaction mode) and Django's pool.
+.PHONY: test-multidb test-poolers
+test-multidb: install
+	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m pytest --ds tests.multidb.settings tests/multidb
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m pytest --ds tests.multidb.settings tests/multidb
+
+POOLED_TESTS := tests/pooled tests/test_concurrency.py tests/test_lock_protocol.py tests/test_faults.py
+test-poolers: install
+	tests/services/pgbouncer.sh start
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=pgbouncer $(PY) -m pytest --ds tests.pooled.settings $(POOLED_TESTS); status=$$?; tests/services/pgbouncer.sh stop; exit $$status
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=psycopg $(PY) -m pytest --ds tests.pooled.settings $(POOLED_TESTS)
+
 clean:
 	rm -rf $(VENV) .tox dist build .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3

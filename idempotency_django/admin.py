@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import ngettext
 
 from idempotency_django import purge
-from idempotency_django.conf import conf
+from idempotency_django.databases import possible_aliases
 from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
 
@@ -41,6 +42,28 @@ class ExpiredFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DatabaseFilter(admin.SimpleListFilter):
+    """Which alias's entries are listed, when more than one may hold them (shards)."""
+
+    title = "database"
+    parameter_name = "database"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        aliases = possible_aliases(model_admin.model)
+        return [(alias, alias) for alias in aliases] if len(aliases) > 1 else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset  # get_queryset() already picked the alias
+
+
+def listed_alias(request: HttpRequest, model: type[Model] = IdempotencyEntry) -> str:
+    """The alias the admin shows: ``?database=`` (kept in a detail page's changelist filters)."""
+    aliases = possible_aliases(model)
+    filters = parse_qs(request.GET.get("_changelist_filters", ""))
+    wanted = request.GET.get("database") or filters.get("database", [""])[0]
+    return wanted if wanted in aliases else aliases[0]
+
+
 @admin.register(IdempotencyEntry)
 class IdempotencyEntryAdmin(EntryAdminBase):
     list_display = (
@@ -52,7 +75,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
         "expires_at",
         "expired",
     )
-    list_filter = ("status", ExpiredFilter)
+    list_filter = ("status", ExpiredFilter, DatabaseFilter)
     # Exact matches: they use the (tenant, key) index and an operator pastes whole keys.
     search_fields = ("=key", "=tenant")
     search_help_text = "Exact key or tenant."
@@ -75,7 +98,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     actions = ("release_stuck",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyEntry]:
-        return super().get_queryset(request).using(conf.DATABASE)
+        return super().get_queryset(request).using(listed_alias(request))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

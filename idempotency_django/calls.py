@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from idempotency_django import signals
+from idempotency_django import databases, signals
 from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.execution import Run, claimed
@@ -88,7 +88,12 @@ def idempotent_call(
     seen = signals.Observation(origin, key_digest=signals.key_digest(tenant, call._namespaced))
     seen.slot = Run(chosen)
     try:
-        with claimed(target, chosen, _wait(wait), fingerprint.matches, seen.slot) as run:
+        # Inside a protected view on another database, this call's writes are
+        # covered by its own key: not the view's uncovered writes.
+        with (
+            databases.uncovered(using),
+            claimed(target, chosen, _wait(wait), fingerprint.matches, seen.slot) as run,
+        ):
             if run.replay is not None:
                 seen.replayed("database")
                 call.replayed, call.result = True, codec.loads(run.replay.body)

@@ -8,11 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.utils.module_loading import import_string
 
 from idempotency_django.conf import MAX_TTL, MAX_WAIT, as_timedelta, bounded
+from idempotency_django.databases import entries_aliases
 
 # RFC 9110 token: the characters a header field name may contain.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -113,13 +115,48 @@ def check_key_max_length(value: Any) -> list[CheckMessage]:
 
 
 def check_database(value: Any) -> list[CheckMessage]:
-    if isinstance(value, str) and value in settings.DATABASES:
+    if callable(value) or (isinstance(value, str) and value in settings.DATABASES):
         return []
+    if isinstance(value, str) and "." in value:
+        try:
+            if callable(import_string(value)):
+                return []
+        except ImportError:
+            pass
+        return _error(
+            "E060",
+            f"IDEMPOTENCY_DATABASE {value!r} is not an alias in DATABASES, and as a dotted "
+            "path it does not import a callable.",
+            "Give an alias, or the dotted path of a callable taking the request and "
+            'returning an alias (e.g. "myproject.routing.entries_database").',
+        )
     return _error(
         "E008",
         f"IDEMPOTENCY_DATABASE {value!r} is not an alias in DATABASES.",
-        f"Use one of: {', '.join(settings.DATABASES)}.",
+        f"Use one of: {', '.join(settings.DATABASES)}, or a callable (request -> alias).",
     )
+
+
+def check_wait_within_pool(alias: str, wait: Any, options: Any) -> list[CheckMessage]:
+    """A waiter holds its connection: a pool whose checkout times out first fails others."""
+    pool = options.get("pool") if isinstance(options, dict) else None
+    if not pool or not _within(wait, MAX_WAIT, zero=True):
+        return []
+    seconds = as_timedelta(wait).total_seconds()
+    timeout = float(pool.get("timeout", 30.0)) if isinstance(pool, dict) else 30.0
+    if seconds == 0 or timeout > seconds:
+        return []
+    return [
+        Warning(
+            f"IDEMPOTENCY_WAIT is {seconds:g} s, but DATABASES[{alias!r}]'s connection pool "
+            f"gives up on a checkout after {timeout:g} s: duplicates waiting on one key hold "
+            "their connections that long, so a storm of them can make every other request "
+            "fail with PoolTimeout before any waiter is done.",
+            hint="Make OPTIONS['pool']['timeout'] longer than IDEMPOTENCY_WAIT, and size "
+            "max_size for the waiters (docs/operations.rst, 'Pool sizing').",
+            id="idempotency_django.W060",
+        )
+    ]
 
 
 def check_cache(value: Any) -> list[CheckMessage]:
@@ -214,15 +251,26 @@ def _article(word: str) -> str:
 
 
 def _entries_vendor() -> list[CheckMessage]:
-    alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
-    if not isinstance(alias, str) or alias not in settings.DATABASES:
-        return []  # E008 reports it
-    vendor = connections[alias].vendor
-    return [
-        *check_database_vendor(alias, vendor),
-        *check_lock_needs_postgres(getattr(settings, "IDEMPOTENCY_PROTOCOL", None), alias, vendor),
-        *check_autocommit(alias, settings.DATABASES[alias].get("AUTOCOMMIT", True)),
-    ]
+    try:
+        aliases = entries_aliases(None)  # a callable's: every alias that may hold entries
+    except ImproperlyConfigured:
+        return []  # E008 / E060 report it
+    messages: list[CheckMessage] = []
+    for alias in (a for a in aliases if a in settings.DATABASES):  # else E008 reports it
+        vendor = connections[alias].vendor
+        messages += [
+            *check_database_vendor(alias, vendor),
+            *check_lock_needs_postgres(
+                getattr(settings, "IDEMPOTENCY_PROTOCOL", None), alias, vendor
+            ),
+            *check_autocommit(alias, settings.DATABASES[alias].get("AUTOCOMMIT", True)),
+            *check_wait_within_pool(
+                alias,
+                getattr(settings, "IDEMPOTENCY_WAIT", 0),
+                settings.DATABASES[alias].get("OPTIONS"),
+            ),
+        ]
+    return messages
 
 
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (

@@ -100,7 +100,10 @@ class Settings:
 
     @property
     def DATABASE(self) -> str:
-        return str(getattr(settings, "IDEMPOTENCY_DATABASE", "default"))
+        """The entries' alias where no request chooses it (see :mod:`.databases`)."""
+        from idempotency_django.databases import default_alias
+
+        return default_alias()
 
     @property
     def CACHE(self) -> str | None:

@@ -22,7 +22,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
-from idempotency_django import cache, signals
+from idempotency_django import cache, databases, signals
 from idempotency_django.conf import conf
 from idempotency_django.exceptions import (
     IdempotencyError,
@@ -228,7 +228,8 @@ def _execute(
     context: IdempotencyContext, policy: Policy, slot: Run, call_view: ViewCall
 ) -> HttpResponse:
     """Inside the claim's transaction: run the view, keep its answer if it is final."""
-    response = require_plain(call_view())
+    with databases.watching(policy.database):
+        response = require_plain(call_view())
     if not _stored(response) or transaction.get_rollback(using=policy.database):
         # Transient, a refusal, or the view marked its transaction for rollback.
         raise _Discard(response)

@@ -12,7 +12,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django import core
-from idempotency_django.conf import TenantResolver, conf
+from idempotency_django.conf import TenantResolver
+from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
 from idempotency_django.options import KeyExtractor, Options, check_option_names
@@ -34,7 +35,7 @@ class EntriesDatabase:
         self.others: set[str] = set()
 
     def _aliases(self) -> set[str]:
-        return {self.options.database or conf.DATABASE, *self.others}
+        return {*entries_aliases(self.options.database), *self.others}
 
     def __contains__(self, alias: object) -> bool:
         return alias in self._aliases()
@@ -59,7 +60,7 @@ def idempotent(
     ttl: float | timedelta | None = None,
     lease: float | timedelta | None = None,
     tenant: TenantResolver | None = None,
-    database: str | None = None,
+    database: str | Callable[[HttpRequest], str] | None = None,
     cache: str | None = None,
     methods: Iterable[str] | None = None,
     key: KeyExtractor | None = None,
@@ -114,10 +115,10 @@ def _async_wrapper(view: Callable[..., Any], options: Options) -> Callable[..., 
 def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
     """Protect one call of a view, answering client errors as problem+json."""
     if not core.applies(request, options):
-        core.passing_through(request, lambda: options.resolve().tenant(request))
+        core.passing_through(request, lambda: options.resolve(request).tenant(request))
         return call_view()
     try:
-        policy = options.resolve()
+        policy = options.resolve(request)
         call = _rendered_for_drf(request, call_view)
         return core.protect(request, policy, lambda: policy.tenant(request), call)
     except IdempotencyError as error:

@@ -12,6 +12,7 @@ from django.db import connections
 from django.http import HttpRequest
 
 from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
+from idempotency_django.databases import entries_alias
 from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
 
 KeyExtractor = Callable[[HttpRequest], "str | None"]
@@ -29,7 +30,7 @@ class Options:
     ttl: timedelta | None = None
     lease: timedelta | None = None
     tenant: TenantResolver | None = None
-    database: str | None = None
+    database: str | Callable[[HttpRequest], str] | None = None
     cache: str | None = None
     methods: frozenset[str] = DEFAULT_METHODS
     key: KeyExtractor | None = None
@@ -40,7 +41,8 @@ class Options:
     def __post_init__(self) -> None:
         _check_instance("header", self.header, str)
         _check_instance("required", self.required, bool)
-        _check_instance("database", self.database, str)
+        if self.database is not None and not callable(self.database):
+            _check_instance("database", self.database, str)
         _check_instance("cache", self.cache, str)
         for name in ("tenant", "key", "fingerprint"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
@@ -69,7 +71,7 @@ class Options:
         ttl: float | timedelta | None = None,
         lease: float | timedelta | None = None,
         tenant: TenantResolver | None = None,
-        database: str | None = None,
+        database: str | Callable[[HttpRequest], str] | None = None,
         cache: str | None = None,
         methods: Iterable[str] | None = None,
         key: KeyExtractor | None = None,
@@ -95,9 +97,9 @@ class Options:
             wait=_wait(wait),
         )
 
-    def resolve(self) -> Policy:
+    def resolve(self, request: HttpRequest | None = None) -> Policy:
         """The settings in force for one request."""
-        database = self.database or conf.DATABASE
+        database = entries_alias(self.database, request)
         return Policy(
             header=self.header or conf.HEADER,
             required=conf.REQUIRED if self.required is None else self.required,

@@ -81,8 +81,9 @@ class IdempotentMixin(_Base):
     idempotency_lease: ClassVar[float | timedelta | None] = None
     #: The unsafe methods protected; ``None`` means POST, PUT, PATCH and DELETE.
     idempotency_methods: ClassVar[Iterable[str] | None] = None
-    #: Database alias holding the entries (``IDEMPOTENCY_DATABASE``).
-    idempotency_database: ClassVar[str | None] = None
+    #: Database alias holding the entries, or a callable (request → alias) or its dotted
+    #: path (``IDEMPOTENCY_DATABASE``).
+    idempotency_database: ClassVar[str | Callable[..., str] | None] = None
     #: Cache alias of the replay cache (``IDEMPOTENCY_CACHE``).
     idempotency_cache: ClassVar[str | None] = None
     #: ``"lock"`` or ``"lease"`` (``IDEMPOTENCY_PROTOCOL``).
@@ -225,7 +226,7 @@ class IdempotentMixin(_Base):
             name = f"{type(self).__qualname__}.get_idempotency_ttl()"
             raise ValueError(f"{name} must be positive and at most 100 years.") from None
         return replace(
-            options.resolve(),
+            options.resolve(request._request),
             ttl=ttl,
             key=self._key_extractor(request),
             fingerprint=lambda _request: self.get_idempotency_fingerprint(request),

@@ -57,6 +57,9 @@ entry_reclaimed = Signal()
 purge_finished = Signal()
 #: One per replay-cache failure: ``alias``, ``operation`` ("get" or "set"), ``error``.
 cache_failed = Signal()
+#: A protected view wrote to another database than its entry's (production: it ran
+#: uncovered): ``alias`` written to, ``database`` holding the entry.
+uncovered_write = Signal()
 
 
 def send(signal: Signal, sender: object, **kwargs: Any) -> None:

@@ -107,10 +107,12 @@ def document_operation(
     options = type(view).get_idempotency_options()
     if method.upper() not in options.methods:
         return
-    policy = options.resolve()
+    # Not options.resolve(): with no request, a database chosen per request is unknown.
+    header = options.header or conf.HEADER
+    required = conf.REQUIRED if options.required is None else options.required
     # An overridden get_idempotency_key() may read the key from elsewhere (a body field).
     if type(view).get_idempotency_key is IdempotentMixin.get_idempotency_key:
-        _add_header(operation, policy.header, policy.required, policy.key_max_length)
+        _add_header(operation, header, required, conf.KEY_MAX_LENGTH)
     _add_responses(operation, registry)
 
 

@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "requires_postgres: runs only when DATABASE_URL points at PostgreSQL",
         "requires_redis: needs the Redis server of REDIS_URL",
         "system: starts real servers (gunicorn, Celery workers)",
+        "pooler(name): runs only in that pass of the pooler tier (tests/pooled: pgbouncer, psycopg)",
         "packaging: builds the wheel and sdist, installs them in new virtualenvs (needs PyPI)",
     ):
         config.addinivalue_line("markers", marker)

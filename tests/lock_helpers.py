@@ -48,7 +48,11 @@ def advisory_holder(target: Target) -> int | None:
 
 
 def dsn() -> str:
-    """The test database, for connections of our own (watchers, subprocesses)."""
+    """The test database, for connections of our own (watchers, subprocesses).
+
+    Connect with ``prepare_threshold=None``: behind PgBouncer 1.18 in transaction mode
+    (the pooler tier) a prepared statement does not follow the client to the next server.
+    """
     db = connection.settings_dict
     user = db.get("USER") or "postgres"
     return (
@@ -57,7 +61,7 @@ def dsn() -> str:
 
 
 def query(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn(), autocommit=True) as conn:
+    with psycopg.connect(dsn(), autocommit=True, prepare_threshold=None) as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -108,7 +112,7 @@ class LockWatch:
         self._thread.join(10)
 
     def _run(self) -> None:
-        with psycopg.connect(self._dsn, autocommit=True) as conn:
+        with psycopg.connect(self._dsn, autocommit=True, prepare_threshold=None) as conn:
             self._ready.set()
             while not self._stop.is_set():
                 self.waiting += conn.execute(

@@ -166,7 +166,7 @@ def test_view_waiting_2s_on_a_row_lock_does_not_time_out(protocol: str) -> None:
     """A plain transaction holds the row 2 s; the view's lease (1 s) is no timeout for it."""
     row = Charge.objects.create(reference="locked-row", amount=1)
     key = new_key()
-    with psycopg.connect(dsn()) as other:
+    with psycopg.connect(dsn(), prepare_threshold=None) as other:
         other.execute("SELECT id FROM testapp_charge WHERE id = %s FOR UPDATE", (row.pk,))
         request = Background(key, {"lock_row": row.pk}, {"protocol": protocol, "lease": 1})
         waiting = wait_for(

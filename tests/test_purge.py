@@ -10,12 +10,12 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.utils import timezone
-from django.utils.connection import ConnectionDoesNotExist
 
 from idempotency_django import purge
 from idempotency_django.models import IdempotencyEntry
@@ -101,7 +101,7 @@ class TestPurge:
 
     @override_settings(IDEMPOTENCY_DATABASE="elsewhere")
     def test_the_database_defaults_to_the_setting(self) -> None:
-        with pytest.raises(ConnectionDoesNotExist):
+        with pytest.raises(ImproperlyConfigured, match="neither an alias"):
             purge.purge()
         assert purge.purge(using="default") == purge.PurgeResult(0, 0)
 

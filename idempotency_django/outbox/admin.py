@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
+from idempotency_django.admin import DatabaseFilter, listed_alias
 from idempotency_django.outbox import delivery
 from idempotency_django.outbox.models import OutboxMessage
 
@@ -31,9 +32,12 @@ class PendingFilter(admin.SimpleListFilter):
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("task", "key", "created_at", "sent_at", "attempts", "failures", "last_error")
-    list_filter = (PendingFilter, "task")
+    list_filter = (PendingFilter, "task", DatabaseFilter)
     search_fields = ("key", "task")
     date_hierarchy = "created_at"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).using(listed_alias(request, OutboxMessage))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -47,5 +51,8 @@ class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        extra = {**(extra_context or {}), "outbox_stats": delivery.stats()}
+        extra = {
+            **(extra_context or {}),
+            "outbox_stats": delivery.stats(listed_alias(request, OutboxMessage)),
+        }
         return super().changelist_view(request, extra_context=extra)

@@ -14,7 +14,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from idempotency_django.databases import chosen_or_every
 from idempotency_django.outbox import delivery
+from idempotency_django.outbox.models import OutboxMessage
 
 logger = logging.getLogger("idempotency_django.outbox")
 
@@ -46,12 +48,15 @@ class OutboxCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            found = delivery.stats(self.using)
+            found = [delivery.stats(a) for a in chosen_or_every(self.using, OutboxMessage)]
         except Exception:  # a scrape must never fail because the database is away
             logger.warning("outbox: stats unavailable for /metrics", exc_info=True)
             return
         for name, documentation, field in GAUGES:
-            yield GaugeMetricFamily(name, documentation, value=float(getattr(found, field)))
+            values = [float(getattr(stats, field)) for stats in found]
+            # Summed over the databases holding outbox rows; the oldest is the oldest of all.
+            value = max(values, default=0.0) if field == "oldest_pending_seconds" else sum(values)
+            yield GaugeMetricFamily(name, documentation, value=value)
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         # Declared without querying: registering must not touch the database.

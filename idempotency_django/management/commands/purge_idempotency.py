@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from idempotency_django.conf import conf
+from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, purge
 
@@ -31,15 +31,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database",
             metavar="ALIAS",
-            help="Database alias holding the entries (default IDEMPOTENCY_DATABASE).",
+            help="Database alias holding the entries (default: every alias that holds them).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size, database = options["batch_size"], options["database"]
         check_batch_and_database(batch_size, database)
-        result = purge(using=database, batch_size=batch_size, dry_run=options["dry_run"])
-        if options["verbosity"] > 0:  # -v 0: silent on success, for cron
-            self.stdout.write(summary(result, database or conf.DATABASE))
+        for alias in chosen_or_every(database):
+            result = purge(using=alias, batch_size=batch_size, dry_run=options["dry_run"])
+            if options["verbosity"] > 0:  # -v 0: silent on success, for cron
+                self.stdout.write(summary(result, alias))
 
 
 def summary(result: PurgeResult, database: str) -> str:

@@ -8,8 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.outbox import delivery
+from idempotency_django.outbox.models import OutboxMessage
 
 
 class Command(BaseCommand):
@@ -19,7 +21,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch-size", type=int, default=delivery.DEFAULT_BATCH_SIZE)
-        parser.add_argument("--database", default=None, help="default: IDEMPOTENCY_DATABASE")
+        parser.add_argument(
+            "--database", default=None, help="default: every alias holding outbox rows"
+        )
         parser.add_argument(
             "--now",
             action="store_true",
@@ -35,12 +39,15 @@ class Command(BaseCommand):
         if every is not None and not (math.isfinite(every) and every > 0):
             raise CommandError(f"--every takes a positive number of seconds, got {every}.")
         while True:
-            counts = delivery.relay(
-                using=options["database"],
-                batch_size=options["batch_size"],
-                ignore_schedule=options["now"],
-            )
-            self.stdout.write(f"outbox: {counts['sent']} sent, {counts['failed']} failed")
+            aliases = chosen_or_every(options["database"], OutboxMessage)
+            for alias in aliases:
+                counts = delivery.relay(
+                    using=alias, batch_size=options["batch_size"], ignore_schedule=options["now"]
+                )
+                where = f" ({alias})" if len(aliases) > 1 else ""
+                self.stdout.write(
+                    f"outbox{where}: {counts['sent']} sent, {counts['failed']} failed"
+                )
             if options["every"] is None:
                 return
             time.sleep(options["every"])

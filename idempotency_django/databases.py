@@ -1,0 +1,271 @@
+"""Which database holds a request's entries, every database that may hold some, and
+the watch that catches a protected view writing to another one.
+
+``IDEMPOTENCY_DATABASE`` (and ``database=``, ``idempotency_database``) is an alias,
+a callable taking the request and returning an alias, or the dotted path of one:
+a sharded project keeps each entry beside its tenant's business rows, so the
+entry and the business writes commit in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
+from functools import lru_cache
+from typing import Any, TypeAlias
+
+from django.conf import settings
+from django.core import mail
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, models, router
+from django.http import HttpRequest
+from django.utils.module_loading import import_string
+
+from idempotency_django import signals
+
+logger = logging.getLogger("idempotency_django")
+Chooser: TypeAlias = Callable[[HttpRequest], str]
+
+# The alias of the protected view running in this context (what the outbox and
+# nested calls default to), and the aliases its view may write to uncovered.
+_current: ContextVar[str | None] = ContextVar("idempotency_database", default=None)
+_uncovered: ContextVar[frozenset[str]] = ContextVar("idempotency_uncovered", default=frozenset())
+
+
+class UncoveredWrite(ImproperlyConfigured):
+    """A protected view wrote to a database other than its entry's (refused, not run)."""
+
+
+def setting() -> object:
+    return getattr(settings, "IDEMPOTENCY_DATABASE", "default")
+
+
+def chooser(option: object) -> str | Chooser:
+    """``option`` as an alias, or as the callable choosing one (a dotted path imported)."""
+    if callable(option):
+        return option
+    if isinstance(option, str) and option in settings.DATABASES:
+        return option
+    if isinstance(option, str) and "." in option:
+        return _imported(option)
+    raise ImproperlyConfigured(
+        f"The idempotency database {option!r} is neither an alias in DATABASES "
+        f"({', '.join(settings.DATABASES)}) nor a callable (or dotted path of one) taking "
+        "the request and returning an alias."
+    )
+
+
+@lru_cache(maxsize=64)
+def _imported(path: str) -> Chooser:
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"The idempotency database {path!r} can't be imported: {exc}"
+        ) from exc
+    if not callable(found):
+        raise ImproperlyConfigured(f"The idempotency database {path!r} is not callable.")
+    return found  # type: ignore[no-any-return]
+
+
+def entries_alias(option: object, request: HttpRequest | None) -> str:
+    """The alias holding this request's entry: ``option`` (``None``: the setting) resolved."""
+    chosen = chooser(setting() if option is None else option)
+    if isinstance(chosen, str):
+        return chosen
+    if request is None:
+        raise ImproperlyConfigured(_NEEDS_REQUEST)
+    alias = chosen(request)
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        raise ImproperlyConfigured(
+            f"The idempotency database chooser {_name(chosen)} returned {alias!r}, "
+            f"not an alias in DATABASES ({', '.join(settings.DATABASES)})."
+        )
+    return alias
+
+
+def entries_aliases(option: object) -> list[str]:
+    """The aliases ``option`` (``None``: the setting) may put entries in, known before the
+    request: its alias, or, for a callable, every alias that may hold entries."""
+    value = setting() if option is None else option
+    if isinstance(value, str) and "." not in value:
+        return [value]  # an alias; a wrong one is E008's, not a 500 here
+    chosen = chooser(value)
+    return [chosen] if isinstance(chosen, str) else possible_aliases()
+
+
+def default_alias() -> str:
+    """The entries' alias where no request decides it: the protected view's, or the setting."""
+    current = _current.get()
+    if current is not None:
+        return current
+    chosen = chooser(setting())
+    if isinstance(chosen, str):
+        return chosen
+    raise ImproperlyConfigured(_NEEDS_REQUEST)
+
+
+_NEEDS_REQUEST = (
+    "IDEMPOTENCY_DATABASE chooses the alias from the request, and there is no request here "
+    "(a task, a command, a call outside a protected view): name the database explicitly "
+    "(database=..., using=..., --database ...)."
+)
+
+
+def possible_aliases(model: type[models.Model] | None = None) -> list[str]:
+    """Every alias that may hold ``model``'s rows (default: the entries), without a query.
+
+    The static setting's alias, then every alias Django's routers let the model
+    be migrated to (``allow_migrate``: where ``migrate`` creates its table), less
+    test mirrors (the same database under another name).
+    """
+    from idempotency_django.models import IdempotencyEntry
+
+    model = model or IdempotencyEntry
+    static = setting()
+    found = [static] if isinstance(static, str) and static in settings.DATABASES else []
+    for alias in connections:
+        mirror = (settings.DATABASES[alias].get("TEST") or {}).get("MIRROR")
+        if alias not in found and not mirror and router.allow_migrate_model(alias, model):
+            found.append(alias)
+    return found
+
+
+def holding_aliases(model: type[models.Model] | None = None) -> list[str]:
+    """:func:`possible_aliases` that do hold the table and accept writes (one query each).
+
+    An alias without the table (``migrate`` never ran there) or a read-only one (a hot
+    standby, ``transaction_read_only``) holds nothing a purge or a relay could change.
+    """
+    from idempotency_django.models import IdempotencyEntry
+
+    model = model or IdempotencyEntry
+    return [
+        alias
+        for alias in possible_aliases(model)
+        if model._meta.db_table in connections[alias].introspection.table_names()
+        and not _read_only(alias)
+    ]
+
+
+def chosen_or_every(database: str | None, model: type[models.Model] | None = None) -> list[str]:
+    """``[database]`` when a command or task names one, else :func:`holding_aliases`
+    (no query when only one alias may hold the rows: a single-database project)."""
+    if database is not None:
+        return [database]
+    possible = possible_aliases(model)
+    return possible if len(possible) == 1 else holding_aliases(model)
+
+
+def _read_only(alias: str) -> bool:
+    conn = connections[alias]
+    if conn.vendor != "postgresql":
+        return False
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT current_setting('transaction_read_only')")
+        return bool(cursor.fetchone()[0] == "on")
+
+
+# The first keyword of a statement that changes data or schema; a WITH query is
+# a write when one of its parts is.
+_WRITE = re.compile(
+    r"^\s*(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|CREATE|ALTER|DROP|COPY|REPLACE)\b", re.I
+)
+_WITH_WRITE = re.compile(r"^\s*WITH\b.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I | re.S)
+
+
+def is_write(sql: object) -> bool:
+    text = sql.decode(errors="replace") if isinstance(sql, bytes) else str(sql)
+    return bool(_WRITE.match(text) or _WITH_WRITE.match(text))
+
+
+@contextmanager
+def watching(alias: str) -> Iterator[None]:
+    """Run a protected view with ``alias`` as its entries' database, watching the others.
+
+    A write statement on another alias is outside the transaction that holds the
+    claim: a retry would repeat it. Under ``DEBUG`` or a test run it is refused
+    before it runs (:class:`UncoveredWrite`, naming the alias and the fix); in
+    production it runs, with a warning and the ``uncovered_write`` signal.
+    """
+    token = _current.set(alias)
+    watches = [_Watch(other, alias) for other in connections if other != alias]
+    try:
+        with ExitStack() as stack:
+            for watch in watches:
+                stack.enter_context(connections[watch.other].execute_wrapper(watch))
+            yield
+        refused = next((w for w in watches if w.refused), None)
+        if refused is not None:  # the view caught our error and went on: fail it anyway
+            raise UncoveredWrite(refused.message())
+    finally:
+        _current.reset(token)
+
+
+@contextmanager
+def uncovered(*aliases: str) -> Iterator[None]:
+    """Inside a protected view: writes to ``aliases`` are knowingly not covered by its key."""
+    token = _uncovered.set(_uncovered.get() | frozenset(aliases))
+    try:
+        yield
+    finally:
+        _uncovered.reset(token)
+
+
+class _Watch:
+    def __init__(self, other: str, alias: str) -> None:
+        self.other, self.alias = other, alias
+        self.refused = self.reported = False
+
+    def __call__(self, execute: Any, sql: object, params: Any, many: bool, context: Any) -> Any:
+        if is_write(sql) and self.other not in _uncovered.get():
+            self._report()
+        return execute(sql, params, many, context)
+
+    def _report(self) -> None:
+        if refusing():
+            self.refused = True
+            raise UncoveredWrite(self.message())
+        if not self.reported:
+            self.reported = True
+            logger.warning("%s", self.message())
+            signals.send(signals.uncovered_write, "http", alias=self.other, database=self.alias)
+
+    def message(self) -> str:
+        return (
+            f"A protected view wrote to the database {self.other!r}, but its idempotency "
+            f"entry is in {self.alias!r}: that write is not covered by the key (a retry "
+            f"repeats it). Keep the entry beside the business rows: set IDEMPOTENCY_DATABASE "
+            f"(or database=...) to {self.other!r}, or to a callable choosing it per request; "
+            f"or wrap writes that may repeat in idempotency_django.databases.uncovered("
+            f"{self.other!r})."
+        )
+
+
+def refusing() -> bool:
+    """Refuse under ``DEBUG`` or a test run, else warn.
+
+    Django's test runner sets ``DEBUG = False``; what marks a test run is the
+    ``django.core.mail.outbox`` its ``setup_test_environment()`` creates (pytest-django too).
+    """
+    return bool(settings.DEBUG) or hasattr(mail, "outbox")
+
+
+def _name(chosen: Chooser) -> str:
+    return f"{getattr(chosen, '__module__', '?')}.{getattr(chosen, '__qualname__', chosen)}"
+
+
+__all__ = [
+    "UncoveredWrite",
+    "chosen_or_every",
+    "default_alias",
+    "entries_alias",
+    "entries_aliases",
+    "holding_aliases",
+    "possible_aliases",
+    "uncovered",
+    "watching",
+]
