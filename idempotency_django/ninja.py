@@ -218,7 +218,7 @@ def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> 
         core.passing_through(request, tenant_of)
         return call_view()
     try:
-        return core.protect(request, options.resolve(), tenant_of, call_view)
+        return core.protect(request, options.resolve(request), tenant_of, call_view)
     except IdempotencyError as error:
         return problem_response(error)
 
