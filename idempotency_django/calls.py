@@ -42,10 +42,11 @@ class IdempotentCall:
     replayed: bool = False
     result: Any = None
     _namespaced: str = field(default="", repr=False)
+    _using: str | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service: stable per (scope, tenant, key, namespace)."""
-        return derive_key(self.tenant, self._namespaced, namespace)
+        return derive_key(self.tenant, self._namespaced, namespace, self._using)
 
 
 @contextmanager
@@ -71,8 +72,8 @@ def idempotent_call(
     ``StoreUnavailable``. ``origin`` names the caller in signals (``"task"``).
     """
     check_options("idempotent_call", ttl=ttl, wait=wait, protocol=protocol)
-    call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
     using = database or conf.DATABASE
+    call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key), _using=using)
     fingerprint = keyed(arguments_digest(arguments))
     target = Target(
         using,

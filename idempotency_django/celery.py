@@ -197,7 +197,8 @@ def _run_once(
         **policy.call_options,
     ) as call:
         if call.replayed:
-            logger.info("idempotent task %s [%s] replayed its stored result", task.name, key)
+            # Never the key: the outcome's own log line carries its keyed digest.
+            logger.debug("idempotent task %s replayed its stored result", task.name)
             return call.result
         call.result = fn(*args, **kwargs)
         return call.result
@@ -208,7 +209,9 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
         raise exc
     if policy.on_in_progress == "drop":
         # Ignore, not a return: a returned None would overwrite the holder's result.
-        logger.info("idempotent task %s [%s] dropped: in progress", task.name, task.request.id)
+        # Never the key (nor the task id, the default key): the in-progress outcome's
+        # log line carries its keyed digest.
+        logger.info("idempotent task %s dropped a delivery: its key is in progress", task.name)
         raise Ignore()
     request = task.request
     waits = _waits(request)

@@ -6,9 +6,6 @@ import hashlib
 import hmac
 import json
 
-from django.conf import settings
-from django.utils.encoding import force_bytes
-
 from idempotency_django.exceptions import KeyMalformed
 
 # Joins a call's or task's scope to its key (``calls.namespaced``): no header key holds it.
@@ -62,25 +59,19 @@ def _parse_sf_string(value: bytes) -> str:
     raise KeyMalformed("The idempotency key is not a valid quoted string.")
 
 
-def derive_key(tenant: str, key: str, namespace: str) -> str:
+def derive_key(tenant: str, key: str, namespace: str, using: str | None = None) -> str:
     """A key for an outside service: stable per (tenant, key, namespace), never the key itself.
 
-    HMAC-SHA256 under the *oldest* configured secret: the last of
-    ``SECRET_KEY_FALLBACKS`` (Django's rotation puts the previous key first), else
-    ``SECRET_KEY``. Rotating (``SECRET_KEY = new``, ``SECRET_KEY_FALLBACKS = [old]``)
-    therefore changes nothing here: a re-run after the rotation hands the provider the
-    key it already saw. Derived keys change when ``old`` leaves the fallbacks; keep it
-    there at least ``IDEMPOTENCY_TTL`` plus the provider's own idempotency window.
+    HMAC-SHA256 under the server secret of the entries database ``using``
+    (``IDEMPOTENCY_SECRET``, else the value persisted there: see ``secret.py``),
+    never under ``SECRET_KEY`` itself: rotating ``SECRET_KEY`` or dropping a fallback
+    must not change the key a retry hands the provider.
     """
+    from idempotency_django.secret import server_secret
+
     message = json.dumps([tenant, key, namespace], ensure_ascii=False)
-    secret = hashlib.sha256(b"idempotency_django.derive" + _derivation_secret()).digest()
+    secret = server_secret(using)
     return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
-
-
-def _derivation_secret() -> bytes:
-    # Without fallbacks this is SECRET_KEY, as in 0.1: derived keys survive the upgrade.
-    fallbacks = list(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
-    return force_bytes(fallbacks[-1] if fallbacks else settings.SECRET_KEY)
 
 
 def readable(stored: str) -> str:
