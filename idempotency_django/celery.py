@@ -30,7 +30,7 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
     raise_missing_extra(error, __name__, "celery")
 
 from idempotency_django.conf import MAX_WAIT, bounded, conf
-from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
 from idempotency_django.fingerprint import bound_arguments, signature_of
 from idempotency_django.options import check_options
 
@@ -161,6 +161,8 @@ def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
             return _run_once(fn, task, key, policy, args, kwargs, call_args, arguments)
         except RequestInProgress as exc:
             return _in_progress(task, exc, policy)
+        except StoreUnavailable as exc:
+            raise _store_unavailable(task, exc) from exc
 
     return run  # type: ignore[return-value]
 
@@ -223,6 +225,18 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
     raise _wait_for_holder(task, exc, countdown, waits)
 
 
+def _store_unavailable(task: Task[Any, Any], exc: StoreUnavailable) -> Exception:
+    """The database was unreachable when claiming: nothing ran, so the delivery waits and
+    comes again (as for a held key, whatever ``on_in_progress`` says) instead of failing."""
+    request = task.request
+    if request.called_directly or request.is_eager:
+        return exc
+    waits = _waits(request)
+    cap = min(BACKOFF_CAP, conf.LEASE.total_seconds())
+    countdown = min(cap, max(float(exc.headers()["Retry-After"]), 2.0 ** min(waits, 16)))
+    return _wait_for_holder(task, exc, countdown, waits)
+
+
 def _waits(request: Any) -> int:
     """How many times this message has already met its key held (a header of ours)."""
     return int((request.headers or {}).get(WAITS_HEADER, 0))
@@ -236,7 +250,7 @@ def _backoff(exc: RequestInProgress, waits: int) -> float:
 
 
 def _wait_for_holder(
-    task: Task[Any, Any], exc: RequestInProgress, countdown: float, waits: int
+    task: Task[Any, Any], exc: RequestInProgress | StoreUnavailable, countdown: float, waits: int
 ) -> Retry:
     """``task.retry()`` that neither counts against ``max_retries`` nor spends ``retries``.
 
