@@ -58,6 +58,8 @@ class IdempotencyContext:
     _fingerprint: Keyed | None = field(default=None, repr=False)
     # Tasks this request has enqueued so far, by name: the outbox's n-th key.
     _enqueued: Counter[str] = field(default_factory=Counter, repr=False)
+    # This execution's identity, drawn by the outbox at its first enqueue.
+    _execution: str | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service (e.g. a payment provider's Idempotency-Key)."""
