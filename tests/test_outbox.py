@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from idempotency_django import signals
@@ -424,3 +425,32 @@ def test_rows_read_well_and_the_package_names_its_exports() -> None:
     assert outbox.stats is delivery.stats
     with pytest.raises(AttributeError):
         outbox.missing  # noqa: B018
+
+
+@pytest.mark.parametrize("use_tz", [False, True])
+def test_item7_stats_reads_the_oldest_age_with_or_without_use_tz(
+    published: Published, settings: Any, use_tz: bool
+) -> None:
+    settings.USE_TZ = use_tz
+    rows = _pending(2)
+    OutboxMessage.objects.filter(pk=rows[0].pk).update(
+        created_at=Now() - timedelta(hours=1), failures=1
+    )
+    found = delivery.stats()  # 0.2.0: TypeError (naive minus aware) without USE_TZ
+    assert (found.pending, found.failing) == (2, 1)
+    assert 3500 < found.oldest_pending_seconds < 3700
+
+
+def test_item7_the_admin_page_and_gauges_stand_without_use_tz(
+    outbox_urls: None, admin_client: Client, settings: Any
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from idempotency_django.outbox.prometheus import OutboxCollector
+
+    settings.USE_TZ = False
+    _pending(1)
+    assert admin_client.get("/admin/idempotency_outbox/outboxmessage/").status_code == 200
+    registry = CollectorRegistry()
+    registry.register(OutboxCollector())
+    assert b"idempotency_outbox_pending 1.0" in generate_latest(registry)

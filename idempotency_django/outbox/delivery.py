@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q, Sum
+from django.db import transaction
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Sum
 from django.db.models.functions import Now
 
 from idempotency_django import signals
@@ -164,27 +164,25 @@ def stats(using: str | None = None) -> OutboxStats:
     pending = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
     found = pending.aggregate(
         pending=Count("pk"),
-        oldest=Min("created_at"),
         failing=Count("pk", filter=Q(failures__gt=0)),
         failures=Sum("failures"),
     )
     oldest = 0.0
-    if found["oldest"] is not None:
-        oldest = max(0.0, (_db_now(alias) - found["oldest"]).total_seconds())
+    if found["pending"]:
+        oldest = _oldest_age(pending)
     return OutboxStats(found["pending"], oldest, found["failing"], found["failures"] or 0)
 
 
-def _db_now(alias: str) -> datetime:
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT CURRENT_TIMESTAMP")
-        value = cursor.fetchone()[0]
-    return _aware(value)
-
-
-def _aware(value: datetime | str) -> datetime:
-    if isinstance(value, str):  # SQLite answers text
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+def _oldest_age(pending: Any) -> float:
+    # The row's time and the database's clock read in one query, through one field's
+    # converters: both aware or both naive (USE_TZ = False), on every backend.
+    now = ExpressionWrapper(Now(), output_field=DateTimeField())
+    row = pending.order_by("created_at").annotate(now=now).values_list("created_at", "now")[:1]
+    found = row.first()
+    if found is None:  # sent meanwhile
+        return 0.0
+    created, current = found
+    return max(0.0, (current - created).total_seconds())
 
 
 def purge_sent(
