@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
+from django.db.models.functions import Now
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from idempotency_django import signals
@@ -454,3 +454,22 @@ def test_item7_the_admin_page_and_gauges_stand_without_use_tz(
     registry = CollectorRegistry()
     registry.register(OutboxCollector())
     assert b"idempotency_outbox_pending 1.0" in generate_latest(registry)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_item12_the_outbox_gauges_survive_prometheus_multiprocess_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The docs' gunicorn advice (PROMETHEUS_MULTIPROC_DIR): 0.2.0's /metrics lost them."""
+    settings.ROOT_URLCONF = "sample_project.urls"
+    settings.ALLOWED_HOSTS = ["*"]
+    from idempotency_django.outbox import prometheus
+
+    prometheus.register()  # what the outbox app's ready() does next to contrib.prometheus
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    _pending(2)
+    response = Client().get("/metrics")
+    assert response.status_code == 200, response
+    body = response.content.decode()
+    assert "idempotency_outbox_pending 2.0" in body
+    assert "idempotency_outbox_oldest_pending_seconds" in body
