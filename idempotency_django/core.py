@@ -32,7 +32,7 @@ from idempotency_django.exceptions import (
 )
 from idempotency_django.execution import Run, claimed, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
-from idempotency_django.keys import derive_key, parse_key
+from idempotency_django.keys import derive_key, extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
@@ -172,7 +172,7 @@ def _keyed(
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
     """The parsed key; ``None`` if absent and optional; raises when absent and required."""
-    raw = policy.key(request) if policy.key else request.headers.get(policy.header)
+    raw = extracted(policy.key, request) if policy.key else request.headers.get(policy.header)
     if raw is None:
         if policy.required:
             where = "an idempotency key" if policy.key else f"the {policy.header} header"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
+from typing import Any
 
 from idempotency_django.exceptions import KeyMalformed
 
@@ -57,6 +59,19 @@ def _parse_sf_string(value: bytes) -> str:
         else:
             break
     raise KeyMalformed("The idempotency key is not a valid quoted string.")
+
+
+def extracted(extractor: Callable[[Any], object], request: Any) -> str | bytes | None:
+    """What a view's ``key=`` extractor found, or ``KeyMalformed`` when the client's request
+    doesn't hold a usable key (a non-JSON body, a numeric id, a missing field): a 400
+    problem, never a 500."""
+    try:
+        raw = extractor(request)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise KeyMalformed("The idempotency key could not be read from the request.") from exc
+    if raw is None or isinstance(raw, str | bytes):
+        return raw
+    raise KeyMalformed(f"The idempotency key must be a string, not {type(raw).__name__}.")
 
 
 def derive_key(tenant: str, key: str, namespace: str, using: str | None = None) -> str:
