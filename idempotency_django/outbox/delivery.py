@@ -10,6 +10,7 @@ the same task id: delivery is at least once, execution once by the consumer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,10 +31,19 @@ DEFAULT_BATCH_SIZE = 100
 BACKOFF_BASE = timedelta(seconds=5)
 BACKOFF_CAP = timedelta(minutes=10)
 Publisher = Callable[[OutboxMessage], None]
+#: The on_commit fast path's bound on each step of a publish (connect, send, confirm), in
+#: seconds: a broker that accepts connections and never answers costs about twice this.
+FAST_TIMEOUT = 0.05
+#: The relay's: it runs off the request path and may wait for a loaded broker.
+RELAY_TIMEOUT = 10.0
+#: After a failed fast publish, new rows go straight to the relay for this long.
+FAST_PATH_PAUSE = 5.0
+_paused_until = [0.0]
 
 
-def publish(row: OutboxMessage) -> None:
-    """Send the row's task to Celery's current app, its key as the task id.
+def publish(row: OutboxMessage, timeout: float | None = None) -> None:
+    """Send the row's task to Celery's current app, its key as the task id; return only
+    once the broker has it (a confirmed publish, at most ``timeout`` seconds).
 
     Under ``CELERY_TASK_ALWAYS_EAGER`` (a project run without a broker) a task
     the app knows runs here and now instead, as ``.delay()`` would.
@@ -44,23 +54,38 @@ def publish(row: OutboxMessage) -> None:
         task = current_app.tasks[row.task]
         task.apply(args=row.args, kwargs=row.kwargs, task_id=row.key, **row.options)
         return
-    # retry=False: the request (fast path) must not hang on a dead broker; the
-    # relay is the retry.
-    current_app.send_task(
-        row.task, args=row.args, kwargs=row.kwargs, task_id=row.key, retry=False, **row.options
-    )
+    from idempotency_django.outbox import broker
+
+    broker.send(current_app, row, RELAY_TIMEOUT if timeout is None else timeout)
+
+
+def _publish_fast(row: OutboxMessage) -> None:
+    publish(row, FAST_TIMEOUT)
 
 
 def publish_after_commit(pk: int, using: str) -> None:
-    """The fast path, run by ``on_commit``: publish one row now, never raise."""
+    """The fast path, run by ``on_commit``: publish one row now, never raise.
+
+    Bounded: one try of at most ``FAST_TIMEOUT``; after a failure this process
+    leaves new rows to the relay for ``FAST_PATH_PAUSE`` (a broker outage costs
+    the first request at most ``FAST_TIMEOUT``, the others nothing).
+    """
+    if time.monotonic() < _paused_until[0]:
+        return
     try:
         with transaction.atomic(using=using):
             rows = _locked(using).filter(pk=pk)
             for row in rows:
-                _deliver(row, using, publish, how="fast")
+                if not _deliver(row, using, publisher_for_fast_path(), how="fast"):
+                    _paused_until[0] = time.monotonic() + FAST_PATH_PAUSE
     except Exception:
         # The row stays pending: the relay publishes it. The request's answer stands.
         logger.warning("outbox: could not publish row %s after commit", pk, exc_info=True)
+
+
+def publisher_for_fast_path() -> Publisher:
+    # ``publish`` is looked up at call time: tests replace it.
+    return _publish_fast if publish is _PUBLISH else publish
 
 
 def relay(
@@ -209,3 +234,6 @@ def purge_sent(
             deleted += rows.filter(pk__in=batch).delete()[0]
         if len(batch) < batch_size:
             return deleted
+
+
+_PUBLISH = publish
