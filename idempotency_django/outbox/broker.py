@@ -64,7 +64,7 @@ def _connection(app: Celery, timeout: float) -> Connection:
             "retry_on_timeout": False,
         }
         connection = app.connection_for_write(connect_timeout=timeout, transport_options=options)
-        connection.ensure_connection(max_retries=0, timeout=timeout)
+        connection.ensure_connection(max_retries=0, timeout=timeout)  # type: ignore[arg-type]
         cache[_where(app, timeout)] = connection
     return connection
 

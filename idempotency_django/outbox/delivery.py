@@ -207,7 +207,8 @@ def _oldest_age(pending: Any) -> float:
     if found is None:  # sent meanwhile
         return 0.0
     created, current = found
-    return max(0.0, (current - created).total_seconds())
+    age: timedelta = current - created
+    return max(0.0, age.total_seconds())
 
 
 def purge_sent(
