@@ -112,20 +112,27 @@ def test_item11_a_broker_outage_costs_the_fast_path_at_most_100_ms(
     port = 1 if outage == "refused" else proxy.port
     _app(_url(kind, port), queue).set_current()
     delivery._paused_until[0] = 0.0
-    costs = []
+    costs, baseline = [], []
     try:
         for _ in range(5):
             with transaction.atomic():
                 enqueue("tests.receipt", "outage", key=f"outage-{uuid.uuid4()}")
                 started = time.perf_counter()
             costs.append(time.perf_counter() - started)  # the commit and its on_commit
+        for _ in range(5):  # the same commit without a publish: what the outage adds is the rest
+            with transaction.atomic():
+                OutboxMessage.objects.create(key=f"baseline-{uuid.uuid4()}", task="t")
+                started = time.perf_counter()
+            baseline.append(time.perf_counter() - started)
     finally:
         proxy.close()
         delivery._paused_until[0] = 0.0
+    base = sorted(baseline)[2]
     print(
-        f"\nMEASURED fast path, broker {outage} [{kind}]: "
-        + ", ".join(f"{c * 1000:.1f} ms" for c in costs)
+        f"\nMEASURED fast path, broker {outage} [{kind}]: commit alone {base * 1000:.1f} ms; "
+        + ", ".join(f"{c * 1000:.1f}" for c in costs)
+        + " ms"
     )
     assert max(costs) < 0.5  # the bound is 0.1 s a try; generous for a loaded machine
     assert sum(costs[1:]) < 0.2  # paused after the first failure: the relay takes them
-    assert OutboxMessage.objects.filter(sent_at__isnull=True).count() == 5
+    assert OutboxMessage.objects.filter(sent_at__isnull=True, task="tests.receipt").count() == 5
