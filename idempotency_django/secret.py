@@ -15,6 +15,7 @@ same value.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from typing import Any
@@ -30,6 +31,7 @@ from idempotency_django.conf import conf
 _SEED = b"idempotency_django.derive"
 _ROW = 1
 _cache: dict[str, bytes] = {}
+_DIGEST = "\x00key_digest"  # no database alias is spelt so
 _WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
 
 
@@ -62,7 +64,7 @@ def lock_id(using: str, tenant: str, key: str) -> int:
     can be inverted and a victim's key held busy from another tenant).
     """
     message = f"{tenant}\x1f{key}".encode("utf-8", "surrogatepass")
-    mac = hmac.new(_subkey(server_secret(using), b"lock"), message, hashlib.sha256).digest()
+    mac = hmac.digest(_subkey(server_secret(using), b"lock"), message, "sha256")
     return int.from_bytes(mac[:8], "big", signed=True)
 
 
@@ -72,10 +74,20 @@ def digest_secret() -> bytes:
     ``IDEMPOTENCY_SECRET`` if set, else ``SECRET_KEY``: a rotation only changes the
     digests logged from then on.
     """
-    source = conf.SECRET if conf.SECRET is not None else settings.SECRET_KEY
-    return _subkey(hashlib.sha256(_SEED + force_bytes(source)).digest(), b"key_digest")
+    found = _cache.get(_DIGEST)
+    if found is None:
+        configured = conf.SECRET
+        source = force_bytes(settings.SECRET_KEY if configured is None else configured)
+        found = _cache[_DIGEST] = _digest_key(source)
+    return found
 
 
+@functools.lru_cache(maxsize=8)
+def _digest_key(source: bytes) -> bytes:
+    return _subkey(hashlib.sha256(_SEED + source).digest(), b"key_digest")
+
+
+@functools.lru_cache(maxsize=8)
 def _subkey(secret: bytes, purpose: bytes) -> bytes:
     return hmac.new(secret, b"idempotency_django." + purpose, hashlib.sha256).digest()
 

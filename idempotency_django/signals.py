@@ -24,7 +24,6 @@ exception and never lets it change an answer.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -92,7 +91,7 @@ def key_digest(tenant: str, key: str) -> str:
     from idempotency_django.secret import digest_secret
 
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return hmac.new(digest_secret(), data, hashlib.sha256).hexdigest()[:12]
+    return hmac.digest(digest_secret(), data, "sha256").hex()[:12]
 
 
 class Observation:
