@@ -35,7 +35,7 @@ class Published(list[tuple[str, str]]):
 
     down = False
 
-    def __call__(self, row: OutboxMessage) -> None:
+    def __call__(self, row: OutboxMessage, timeout: float | None = None) -> None:
         if self.down:
             raise ConnectionRefusedError("broker down")
         self.append((row.task, row.key))

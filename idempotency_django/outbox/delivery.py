@@ -9,6 +9,7 @@ the same task id: delivery is at least once, execution once by the consumer.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -59,10 +60,6 @@ def publish(row: OutboxMessage, timeout: float | None = None) -> None:
     broker.send(current_app, row, RELAY_TIMEOUT if timeout is None else timeout)
 
 
-def _publish_fast(row: OutboxMessage) -> None:
-    publish(row, FAST_TIMEOUT)
-
-
 def publish_after_commit(pk: int, using: str) -> None:
     """The fast path, run by ``on_commit``: publish one row now, never raise.
 
@@ -76,16 +73,12 @@ def publish_after_commit(pk: int, using: str) -> None:
         with transaction.atomic(using=using):
             rows = _locked(using).filter(pk=pk)
             for row in rows:
-                if not _deliver(row, using, publisher_for_fast_path(), how="fast"):
+                fast = functools.partial(publish, timeout=FAST_TIMEOUT)
+                if not _deliver(row, using, fast, how="fast"):
                     _paused_until[0] = time.monotonic() + FAST_PATH_PAUSE
     except Exception:
         # The row stays pending: the relay publishes it. The request's answer stands.
         logger.warning("outbox: could not publish row %s after commit", pk, exc_info=True)
-
-
-def publisher_for_fast_path() -> Publisher:
-    # ``publish`` is looked up at call time: tests replace it.
-    return _publish_fast if publish is _PUBLISH else publish
 
 
 def relay(
@@ -235,6 +228,3 @@ def purge_sent(
             deleted += rows.filter(pk__in=batch).delete()[0]
         if len(batch) < batch_size:
             return deleted
-
-
-_PUBLISH = publish
