@@ -20,3 +20,9 @@ class IdempotencyConfig(AppConfig):
         from idempotency_django import log  # the log lines are receivers of the signals
 
         log.connect()
+
+        from django.db.models.signals import post_migrate
+
+        from idempotency_django import secret
+
+        post_migrate.connect(secret.on_post_migrate, sender=self, dispatch_uid="idempotency_secret")

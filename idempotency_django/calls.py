@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import databases, signals
 from idempotency_django.conf import as_timedelta, conf
-from idempotency_django.exceptions import IdempotencyError
+from idempotency_django.exceptions import IdempotencyError, NestedRefusal
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
 from idempotency_django.keys import SEPARATOR, derive_key
@@ -42,10 +42,11 @@ class IdempotentCall:
     replayed: bool = False
     result: Any = None
     _namespaced: str = field(default="", repr=False)
+    _using: str | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service: stable per (scope, tenant, key, namespace)."""
-        return derive_key(self.tenant, self._namespaced, namespace)
+        return derive_key(self.tenant, self._namespaced, namespace, self._using)
 
 
 @contextmanager
@@ -68,11 +69,12 @@ def idempotent_call(
     the stored result: the body must then return it without doing the work.
     Raises ``KeyReused`` (other ``arguments``), ``RequestInProgress`` (another
     execution holds the key, after waiting ``wait`` seconds) or
-    ``StoreUnavailable``. ``origin`` names the caller in signals (``"task"``).
+    ``StoreUnavailable``; an ``IdempotencyError`` raised by the body (a nested
+    call refused) comes out as ``NestedRefusal``, never as this call's own. ``origin`` names the caller in signals (``"task"``).
     """
     check_options("idempotent_call", ttl=ttl, wait=wait, protocol=protocol)
-    call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key))
     using = database or conf.DATABASE
+    call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key), _using=using)
     fingerprint = keyed(arguments_digest(arguments))
     target = Target(
         using,
@@ -97,7 +99,12 @@ def idempotent_call(
             if run.replay is not None:
                 seen.replayed("database")
                 call.replayed, call.result = True, codec.loads(run.replay.body)
-            yield call
+            try:
+                yield call
+            except IdempotencyError as inner:
+                # A nested call's refusal (its key busy or reused), never this call's:
+                # the body failed, as it does in a view (rolled back, key freed).
+                raise NestedRefusal(inner) from inner
             if not call.replayed:
                 body = codec.dumps(call.result)
                 run.record(IdempotencyEntry.Status.COMPLETED, StoredResponse(200, _JSON, body))

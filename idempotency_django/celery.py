@@ -30,7 +30,7 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
     raise_missing_extra(error, __name__, "celery")
 
 from idempotency_django.conf import MAX_WAIT, bounded, conf
-from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
 from idempotency_django.fingerprint import bound_arguments, signature_of
 from idempotency_django.options import check_options
 
@@ -161,6 +161,8 @@ def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
             return _run_once(fn, task, key, policy, args, kwargs, call_args, arguments)
         except RequestInProgress as exc:
             return _in_progress(task, exc, policy)
+        except StoreUnavailable as exc:
+            raise _store_unavailable(task, exc) from exc
 
     return run  # type: ignore[return-value]
 
@@ -197,7 +199,8 @@ def _run_once(
         **policy.call_options,
     ) as call:
         if call.replayed:
-            logger.info("idempotent task %s [%s] replayed its stored result", task.name, key)
+            # Never the key: the outcome's own log line carries its keyed digest.
+            logger.debug("idempotent task %s replayed its stored result", task.name)
             return call.result
         call.result = fn(*args, **kwargs)
         return call.result
@@ -208,7 +211,9 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
         raise exc
     if policy.on_in_progress == "drop":
         # Ignore, not a return: a returned None would overwrite the holder's result.
-        logger.info("idempotent task %s [%s] dropped: in progress", task.name, task.request.id)
+        # Never the key (nor the task id, the default key): the in-progress outcome's
+        # log line carries its keyed digest.
+        logger.info("idempotent task %s dropped a delivery: its key is in progress", task.name)
         raise Ignore()
     request = task.request
     waits = _waits(request)
@@ -218,6 +223,18 @@ def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) 
         # once, recursing, with no broker to wait on: Celery's max_retries bounds it.
         raise task.retry(countdown=countdown, exc=exc)
     raise _wait_for_holder(task, exc, countdown, waits)
+
+
+def _store_unavailable(task: Task[Any, Any], exc: StoreUnavailable) -> Exception:
+    """The database was unreachable when claiming: nothing ran, so the delivery waits and
+    comes again (as for a held key, whatever ``on_in_progress`` says) instead of failing."""
+    request = task.request
+    if request.called_directly or request.is_eager:
+        return exc
+    waits = _waits(request)
+    cap = min(BACKOFF_CAP, conf.LEASE.total_seconds())
+    countdown = min(cap, max(float(exc.headers()["Retry-After"]), 2.0 ** min(waits, 16)))
+    return _wait_for_holder(task, exc, countdown, waits)
 
 
 def _waits(request: Any) -> int:
@@ -233,7 +250,7 @@ def _backoff(exc: RequestInProgress, waits: int) -> float:
 
 
 def _wait_for_holder(
-    task: Task[Any, Any], exc: RequestInProgress, countdown: float, waits: int
+    task: Task[Any, Any], exc: RequestInProgress | StoreUnavailable, countdown: float, waits: int
 ) -> Retry:
     """``task.retry()`` that neither counts against ``max_retries`` nor spends ``retries``.
 

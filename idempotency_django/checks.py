@@ -273,6 +273,17 @@ def _entries_vendor() -> list[CheckMessage]:
     return messages
 
 
+def check_secret(value: Any) -> list[CheckMessage]:
+    if value is None or (isinstance(value, str) and len(value) >= 32):
+        return []
+    return _error(
+        "E020",
+        "IDEMPOTENCY_SECRET must be None or a str of at least 32 characters.",
+        "Generate one (django.core.management.utils.get_random_secret_key()) and never "
+        "change it while retries can come; or remove it to keep the persisted secret.",
+    )
+
+
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_HEADER", check_header),
     ("IDEMPOTENCY_REQUIRED", check_required),
@@ -286,6 +297,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_PROTOCOL", check_protocol),
     ("IDEMPOTENCY_WAIT", check_wait),
     ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
+    ("IDEMPOTENCY_SECRET", check_secret),
 )
 
 

@@ -111,6 +111,12 @@ class Settings:
         return None if alias is None else str(alias)
 
     @property
+    def SECRET(self) -> str | None:
+        """The server secret (see ``secret.py``); ``None``: persisted per entries database."""
+        value = getattr(settings, "IDEMPOTENCY_SECRET", None)
+        return None if value is None else str(value)
+
+    @property
     def ERROR_FORMAT(self) -> str:
         return str(getattr(settings, "IDEMPOTENCY_DRF_ERROR_FORMAT", "problem"))
 

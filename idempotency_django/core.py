@@ -32,7 +32,7 @@ from idempotency_django.exceptions import (
 )
 from idempotency_django.execution import Run, claimed, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
-from idempotency_django.keys import derive_key, parse_key
+from idempotency_django.keys import derive_key, extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
@@ -58,6 +58,8 @@ class IdempotencyContext:
     _fingerprint: Keyed | None = field(default=None, repr=False)
     # Tasks this request has enqueued so far, by name: the outbox's n-th key.
     _enqueued: Counter[str] = field(default_factory=Counter, repr=False)
+    # This execution's identity, drawn by the outbox at its first enqueue.
+    _execution: str | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service (e.g. a payment provider's Idempotency-Key)."""
@@ -170,7 +172,7 @@ def _keyed(
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
     """The parsed key; ``None`` if absent and optional; raises when absent and required."""
-    raw = policy.key(request) if policy.key else request.headers.get(policy.header)
+    raw = extracted(policy.key, request) if policy.key else request.headers.get(policy.header)
     if raw is None:
         if policy.required:
             where = "an idempotency key" if policy.key else f"the {policy.header} header"

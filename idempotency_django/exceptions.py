@@ -77,7 +77,7 @@ ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
 
 
 class NestedRefusal(RuntimeError):
-    """An idempotent call inside a protected view was refused: the view failed.
+    """An idempotent call inside a protected view (or call, or task) was refused: it failed.
 
     The refusal is about the inner call's key, not the client's: the request
     fails as any view exception does (rolled back, key freed, nothing stored),
@@ -86,5 +86,9 @@ class NestedRefusal(RuntimeError):
     """
 
     def __init__(self, error: IdempotencyError) -> None:
-        super().__init__(f"An idempotent call inside the view was refused ({error.code}): {error}")
+        super().__init__(f"An idempotent call nested inside was refused ({error.code}): {error}")
         self.error = error
+
+    def __reduce__(self) -> tuple[type[NestedRefusal], tuple[IdempotencyError]]:
+        # Picklable as itself: a task's result backend stores its failures.
+        return (type(self), (self.error,))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-
-from django.conf import settings
-from django.utils.encoding import force_bytes
+from collections.abc import Callable
+from typing import Any
 
 from idempotency_django.exceptions import KeyMalformed
 
@@ -62,25 +61,32 @@ def _parse_sf_string(value: bytes) -> str:
     raise KeyMalformed("The idempotency key is not a valid quoted string.")
 
 
-def derive_key(tenant: str, key: str, namespace: str) -> str:
+def extracted(extractor: Callable[[Any], object], request: Any) -> str | bytes | None:
+    """What a view's ``key=`` extractor found, or ``KeyMalformed`` when the client's request
+    doesn't hold a usable key (a non-JSON body, a numeric id, a missing field): a 400
+    problem, never a 500."""
+    try:
+        raw = extractor(request)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise KeyMalformed("The idempotency key could not be read from the request.") from exc
+    if raw is None or isinstance(raw, str | bytes):
+        return raw
+    raise KeyMalformed(f"The idempotency key must be a string, not {type(raw).__name__}.")
+
+
+def derive_key(tenant: str, key: str, namespace: str, using: str | None = None) -> str:
     """A key for an outside service: stable per (tenant, key, namespace), never the key itself.
 
-    HMAC-SHA256 under the *oldest* configured secret: the last of
-    ``SECRET_KEY_FALLBACKS`` (Django's rotation puts the previous key first), else
-    ``SECRET_KEY``. Rotating (``SECRET_KEY = new``, ``SECRET_KEY_FALLBACKS = [old]``)
-    therefore changes nothing here: a re-run after the rotation hands the provider the
-    key it already saw. Derived keys change when ``old`` leaves the fallbacks; keep it
-    there at least ``IDEMPOTENCY_TTL`` plus the provider's own idempotency window.
+    HMAC-SHA256 under the server secret of the entries database ``using``
+    (``IDEMPOTENCY_SECRET``, else the value persisted there: see ``secret.py``),
+    never under ``SECRET_KEY`` itself: rotating ``SECRET_KEY`` or dropping a fallback
+    must not change the key a retry hands the provider.
     """
+    from idempotency_django.secret import server_secret
+
     message = json.dumps([tenant, key, namespace], ensure_ascii=False)
-    secret = hashlib.sha256(b"idempotency_django.derive" + _derivation_secret()).digest()
+    secret = server_secret(using)
     return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
-
-
-def _derivation_secret() -> bytes:
-    # Without fallbacks this is SECRET_KEY, as in 0.1: derived keys survive the upgrade.
-    fallbacks = list(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
-    return force_bytes(fallbacks[-1] if fallbacks else settings.SECRET_KEY)
 
 
 def readable(stored: str) -> str:

@@ -2,7 +2,7 @@
 
 Connected by the app's ``AppConfig.ready()``. Each receiver returns at once
 when its level is off, before building any text. The key is never logged:
-``key_digest`` (a short SHA-256 prefix of tenant and key) stands for it, in the
+``key_digest`` (a short keyed digest of tenant and key) stands for it, in the
 message and in ``extra=``. Replay-cache failures are not logged here: the cache
 module's own warning is their line.
 """

@@ -55,3 +55,16 @@ class IdempotencyEntry(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status != self.Status.IN_PROGRESS
+
+
+class IdempotencySecret(models.Model):
+    """The server secret when ``IDEMPOTENCY_SECRET`` is unset: one row, never changed."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True)
+    value = models.CharField(max_length=128)
+
+    class Meta:
+        verbose_name = "idempotency secret"
+
+    def __str__(self) -> str:
+        return "idempotency secret"

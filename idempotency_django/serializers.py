@@ -22,12 +22,15 @@ class Serializer(Protocol):
 class JSONSerializer:
     """JSON, plus ``UUID``, ``Decimal``, ``datetime``, ``date`` and ``time`` (tagged objects).
 
-    Tuples come back as lists; anything else JSON can't hold is a ``TypeError``
-    when the result is stored, inside the call's transaction: nothing commits.
+    A replay returns what the first run returned: dicts keep their non-str keys
+    (``int``, ``float``, ``bool``, ``None`` and the types above) and a dict that
+    looks like one of our tags stays a dict. Tuples come back as lists; anything
+    else JSON can't hold (a tuple as a key, too) is a ``TypeError`` when the
+    result is stored, inside the call's transaction: nothing commits.
     """
 
     def dumps(self, value: Any) -> bytes:
-        return json.dumps(value, default=_encode, ensure_ascii=False).encode()
+        return json.dumps(_tagged(value), default=_encode, ensure_ascii=False).encode()
 
     def loads(self, data: bytes) -> Any:
         return json.loads(data, object_hook=_decode)
@@ -40,6 +43,26 @@ _TYPES: dict[str, tuple[type, Any]] = {
     "date": (date, date.fromisoformat),
     "time": (time, time.fromisoformat),
 }
+
+
+_KEY_TYPES = (str, int, float, type(None), uuid.UUID, Decimal, date, time)
+
+
+def _tagged(value: Any) -> Any:
+    """``value`` with every dict JSON would not give back as it is wrapped in a tag."""
+    if isinstance(value, dict):
+        if all(type(key) is str for key in value) and _TAG not in value:
+            return {key: _tagged(item) for key, item in value.items()}
+        for key in value:
+            if not isinstance(key, _KEY_TYPES):
+                raise TypeError(
+                    f"An idempotent call's result can't keep a {type(key).__name__} as a dict "
+                    "key; pass serializer= for other types."
+                )
+        return {_TAG: "dict", "value": [[key, _tagged(item)] for key, item in value.items()]}
+    if isinstance(value, list | tuple):
+        return [_tagged(item) for item in value]
+    return value
 
 
 def _encode(value: Any) -> dict[str, str]:
@@ -55,6 +78,8 @@ def _encode(value: Any) -> dict[str, str]:
 
 def _decode(obj: dict[str, Any]) -> Any:
     name = obj.get(_TAG)
+    if name == "dict" and set(obj) == {_TAG, "value"}:
+        return dict(obj["value"])
     if name in _TYPES and set(obj) == {_TAG, "value"}:
         return _TYPES[name][1](obj["value"])
     return obj

@@ -24,7 +24,7 @@ exception and never lets it change an answer.
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 import logging
 import time
@@ -86,9 +86,15 @@ def refusal(code: str) -> str:
 
 
 def key_digest(tenant: str, key: str) -> str:
-    """A short, stable SHA-256 prefix of (tenant, key) for logs: never the key itself."""
+    """A short keyed digest (HMAC-SHA256 prefix) of (tenant, key) for logs: never the key.
+
+    Keyed, so that nobody reading logs or metrics can test guesses of a
+    low-entropy key against it (keys are bearer secrets).
+    """
+    from idempotency_django.secret import digest_secret
+
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:12]
+    return hmac.digest(digest_secret(), data, "sha256").hex()[:12]
 
 
 class Observation:

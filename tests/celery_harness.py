@@ -105,8 +105,10 @@ def start_worker(
     concurrency: int = 1,
     pool: str = "prefork",
     visibility_timeout: float | None = None,
+    database: str | None = None,
 ) -> Iterator[Worker]:
-    """A real worker on the test database; killed (its children too) whatever happens."""
+    """A real worker on the test database (or ``database``, a URL to reach it by); killed
+    (its children too) whatever happens."""
     url = broker_url(broker)
     queue = f"idem_tasks_{uuid.uuid4().hex[:8]}"  # a fresh queue: no message of a killed run
     app = celery_app.make_app(url, celery_app.BACKEND_URL, queue, visibility_timeout)
@@ -115,7 +117,7 @@ def start_worker(
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": database or database_url(),
         "IDEMPOTENCY_TEST_CELERY_URL": url,
         "IDEMPOTENCY_TEST_CELERY_BACKEND": celery_app.BACKEND_URL,
         "IDEMPOTENCY_TEST_CELERY_QUEUE": queue,

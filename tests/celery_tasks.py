@@ -18,6 +18,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.signals import task_postrun, task_prerun
 
+from idempotency_django.calls import idempotent_function
 from idempotency_django.celery import idempotent_task
 
 PATIENCE = 90.0
@@ -141,3 +142,17 @@ def rich_result(reference: str) -> dict[str, Any]:
 def receipt(reference: str) -> dict[str, Any]:
     """The outbox's consumer: a receipt per charge, once per outbox key (the task id)."""
     return _write(f"receipt:{reference}", 0)
+
+
+@idempotent_function(key=lambda reference: f"inner-{reference}", scope="tests.inner")
+def inner_call(reference: str) -> str:
+    """A nested idempotent call: its key may be held by somebody else."""
+    return reference
+
+
+@shared_task(name="tests.outer_drop", acks_late=True, reject_on_worker_lost=True, max_retries=0)
+@idempotent_task(key=lambda reference: f"outer-{reference}", on_in_progress="drop")
+def outer_drop(reference: str) -> str:
+    """A "drop" task whose body calls ``inner_call``: an inner refusal must fail it, not drop it."""
+    _write(f"outer:{reference}", 1)
+    return inner_call(reference)

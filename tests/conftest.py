@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -123,3 +123,12 @@ def close_connections_after(fn: Callable[..., Any]) -> Callable[..., Any]:
             connections.close_all()
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _outbox_fast_path_not_paused() -> Iterator[None]:
+    """A test whose broker failed must not leave the next test's fast path paused."""
+    yield
+    from idempotency_django.outbox import delivery
+
+    delivery._paused_until[0] = 0.0

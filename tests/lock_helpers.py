@@ -28,21 +28,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PATH = "/protocols/charges/"  # tests.testapp.lock_views.by_headers
 
 
-def lock_text(key: str, tenant: str = "") -> str:
-    return Target("default", tenant, key, "", timedelta(0), timedelta(0)).lock_text
+def lock_id(key: str, tenant: str = "") -> int:
+    return Target("default", tenant, key, "", timedelta(0), timedelta(0)).lock_id
 
 
 _HOLDER = (
     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0)"
+    "AND ((classid::bigint << 32) | objid::bigint) = %s::bigint"
 )
 
 
 def advisory_holder(target: Target) -> int | None:
     """The backend holding ``target``'s advisory lock (a "lock" claim in flight), if any."""
     with connection.cursor() as cursor:
-        cursor.execute(_HOLDER, [target.lock_text])
+        cursor.execute(_HOLDER, [target.lock_id])
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 

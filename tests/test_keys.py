@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from idempotency_django.exceptions import KeyMalformed
 from idempotency_django.keys import derive_key, parse_key
+from idempotency_django.models import IdempotencySecret
 
 VISIBLE = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=255)
 SF_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
@@ -70,6 +71,7 @@ def test_malformed_examples(raw: str) -> None:
         parse_key(raw, 255)
 
 
+@pytest.mark.django_db
 @given(st.text(max_size=20), st.text(min_size=1, max_size=40), st.text(max_size=20))
 def test_derive_is_stable_and_never_the_key(tenant: str, key: str, namespace: str) -> None:
     derived = derive_key(tenant, key, namespace)
@@ -78,6 +80,7 @@ def test_derive_is_stable_and_never_the_key(tenant: str, key: str, namespace: st
     assert len(derived) == 64
 
 
+@pytest.mark.django_db
 @given(
     st.tuples(st.text(max_size=8), st.text(min_size=1, max_size=8), st.text(max_size=8)),
     st.tuples(st.text(max_size=8), st.text(min_size=1, max_size=8), st.text(max_size=8)),
@@ -89,34 +92,53 @@ def test_derive_differs_when_anything_differs(
         assert derive_key(*a) != derive_key(*b)
 
 
-def test_derive_depends_on_the_secret_key() -> None:
+@pytest.mark.django_db
+def test_derive_depends_on_the_idempotency_secret() -> None:
     first = derive_key("t", "k", "payments")
-    with override_settings(SECRET_KEY="another-secret"):
+    with override_settings(IDEMPOTENCY_SECRET="another-secret-of-at-least-32-chars"):
         assert derive_key("t", "k", "payments") != first
 
 
-def test_item10_derive_is_stable_across_a_secret_key_rotation() -> None:
-    with override_settings(SECRET_KEY="old-secret", SECRET_KEY_FALLBACKS=[]):
-        before = derive_key("t", "k", "payments")
-    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["old-secret"]):
-        assert derive_key("t", "k", "payments") == before
-    # A second rotation before the first key was dropped: still the oldest key.
-    rotated_twice = ["new-secret", "old-secret"]
-    with override_settings(SECRET_KEY="newest-secret", SECRET_KEY_FALLBACKS=rotated_twice):
-        assert derive_key("t", "k", "payments") == before
+def _derived_by_0_2(secret_key: str, tenant: str, key: str, ns: str) -> str:
+    message = json.dumps([tenant, key, ns], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    secret = hashlib.sha256(b"idempotency_django.derive" + secret_key.encode()).digest()
+    return hmac.new(secret, message, "sha256").hexdigest()
 
 
-def test_derive_changes_only_when_the_oldest_key_leaves_the_fallbacks() -> None:
+@pytest.mark.django_db
+def test_item3_dropping_the_oldest_fallback_keeps_derived_keys() -> None:
+    """A request that reached the provider and failed derives the same key on its retry,
+    whatever happens to SECRET_KEY between the two (0.2.0 changed it on the drop)."""
+    IdempotencySecret.objects.all().delete()  # as on a database upgraded from 0.2.0
     with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["old-secret"]):
-        rotating = derive_key("t", "k", "payments")
+        first_try = derive_key("t", "k", "payments")
     with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=[]):
-        assert derive_key("t", "k", "payments") != rotating
+        assert derive_key("t", "k", "payments") == first_try
+    with override_settings(SECRET_KEY="newest-secret", SECRET_KEY_FALLBACKS=[]):
+        assert derive_key("t", "k", "payments") == first_try
 
 
+@pytest.mark.django_db
+def test_item3_an_upgrade_from_0_2_keeps_every_derived_key() -> None:
+    IdempotencySecret.objects.all().delete()
+    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["mid", "old-secret"]):
+        assert derive_key("t", "k", "p") == _derived_by_0_2("old-secret", "t", "k", "p")
+    IdempotencySecret.objects.all().delete()  # a flushed test database: the same value again
+    with override_settings(SECRET_KEY="new-secret", SECRET_KEY_FALLBACKS=["mid", "old-secret"]):
+        assert derive_key("t", "k", "p") == _derived_by_0_2("old-secret", "t", "k", "p")
+
+
+@pytest.mark.django_db
 @given(st.text(max_size=20), st.text(min_size=1, max_size=40), st.text(max_size=20))
 def test_derive_without_fallbacks_is_what_0_1_derived(tenant: str, key: str, ns: str) -> None:
     # Upgrading must not hand a provider new keys for work it has already seen.
+    IdempotencySecret.objects.all().delete()
     with override_settings(SECRET_KEY="a-secret", SECRET_KEY_FALLBACKS=[]):
-        message = json.dumps([tenant, key, ns], ensure_ascii=False).encode()
-        secret = hashlib.sha256(b"idempotency_django.derive" + b"a-secret").digest()
-        assert derive_key(tenant, key, ns) == hmac.new(secret, message, "sha256").hexdigest()
+        assert derive_key(tenant, key, ns) == _derived_by_0_2("a-secret", tenant, key, ns)
+
+
+def test_idempotency_secret_set_needs_no_database() -> None:
+    # Same derivation as a persisted value seeded from that string: setting
+    # IDEMPOTENCY_SECRET to the old SECRET_KEY keeps the keys.
+    with override_settings(IDEMPOTENCY_SECRET="a-secret"):
+        assert derive_key("t", "k", "p") == _derived_by_0_2("a-secret", "t", "k", "p")

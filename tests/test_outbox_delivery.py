@@ -190,3 +190,30 @@ def test_a_rolled_back_view_publishes_nothing(
     )
     assert [line.split()[0] for line in worker.lines("deliveries")] == [sentinel]
     assert charges(reference) == 0
+
+
+def test_item1_a_key_run_again_after_its_entry_expired_gets_its_receipt(
+    worker: celery_harness.Worker, outbox_urls: None, client: Client
+) -> None:
+    """0.2.0: the second execution's receipt went out under the first's task id, and the
+    consumer (24 h TTL) answered it with the first receipt: 2 charges, 1 receipt."""
+    from idempotency_django.models import IdempotencyEntry
+
+    reference, key = f"again-{uuid.uuid4().hex[:8]}", new_key()
+    first = json.loads(post(client, "/outbox/charges/", key, {"reference": reference}).content)
+    worker.wait_for(lambda: worker.finished(first["receipt_key"]) >= 1, "the first receipt")
+    # The view's entry expires (a short ttl=); the consumer still holds its own entry.
+    IdempotencyEntry.objects.filter(key=key).update(expires_at=timezone.now() - timedelta(1))
+    answer = post(client, "/outbox/charges/", key, {"reference": reference})
+    assert answer.status_code == 201  # run again, correctly
+    second = json.loads(answer.content)["receipt_key"]
+    expected = 2 if second == first["receipt_key"] else 1
+    worker.wait_for(lambda: worker.finished(second) >= expected, "the second delivery")
+    report("key run again", worker, [first["receipt_key"], second], [reference])
+    assert charges(reference) == 2
+    assert receipts(reference) == 2
+    # Each execution's redeliveries stay equal: the relay republishes under the row's key.
+    assert set(OutboxMessage.objects.values_list("key", flat=True)) == {
+        first["receipt_key"],
+        second,
+    }

@@ -34,15 +34,22 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.secret import server_secret
 from idempotency_django.store import lease, lock
 from idempotency_django.store.sql import Claim, Target
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post
-from tests.lock_helpers import dsn, lock_text
+from tests.lock_helpers import dsn, lock_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = IdempotencyEntry.Status
 TRANSACTION_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
+
+
+@pytest.fixture(autouse=True)
+def _secret_read(transactional_db: None) -> None:
+    # Read once per process (the first claim's one extra query), never per request.
+    server_secret()
 
 
 @pytest.fixture
@@ -186,7 +193,7 @@ def test_duplicate_of_a_lock_claim_in_flight_is_409_from_the_claim_alone(
     """1 statement: the claim's advisory lock is taken (its row isn't visible yet)."""
     key = new_key()
     with psycopg.connect(dsn()) as holder:  # a "lock" request in flight holds this lock
-        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_text(key),))
+        holder.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (lock_id(key),))
         with statements() as sent:
             response = post(client, "/charges/", key)
     assert response.status_code == 409

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -34,11 +35,12 @@ def enqueue(
 ) -> str:
     """Record ``task(*args, **kwargs)`` in the current transaction; returns its key.
 
-    The key (the Celery task id of every publish) defaults to
-    ``request.idempotency.derive(<task name>)`` inside a protected view (found
-    by ``core.current_context()``, or pass ``request=``), and to
-    ``derive(f"{name}#{n}")`` for the request's n-th enqueue of that task (n ≥ 2);
-    elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
+    The key (the Celery task id of every publish) defaults, inside a protected
+    view (found by ``core.current_context()``, or pass ``request=``), to a key
+    derived from the request's key, the task's name, its rank among the
+    request's enqueues of that task and this execution's identity: distinct per
+    enqueue and per execution, the same for every redelivery of one row.
+    Elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
     for a ``django.tasks`` task (decorated with ``idempotent_task``): ``backend``, ``queue_name``,
     ``priority``, and its key travels as an argument (:mod:`idempotency_django.outbox.backends`);
     arguments and options must be JSON-serialisable. Raises :class:`OutboxError`
@@ -78,11 +80,15 @@ def _derived_key(name: str, request: object) -> str:
             "(or a request carrying an idempotency key: pass request=...)."
         )
     # One task enqueued twice by one request needs two keys, or the consumer runs
-    # it once. Counted per request, in call order: a retry of the request derives
-    # the same keys again, and the first keeps the plain derivation.
+    # it once; and each execution of one key needs its own (the view's entry may
+    # have expired and the key run again, while the consumer still holds the last
+    # execution's task id). A redelivery reuses the row's key: it stays equal.
+    # A retry after a rollback draws a new identity: nothing was published then.
+    if context._execution is None:
+        context._execution = secrets.token_hex(16)
     context._enqueued[name] += 1
     count = context._enqueued[name]
-    return context.derive(name if count == 1 else f"{name}#{count}")
+    return context.derive(f"{name}#{count}\x1f{context._execution}")
 
 
 def _now_plus(delta: timedelta) -> Any:

@@ -59,13 +59,17 @@ def _task_types() -> Iterator[type]:
             yield module.Task
 
 
-def publish(row: Any) -> None:
-    """Publish one :class:`~idempotency_django.outbox.models.OutboxMessage` where it belongs."""
+def publish(row: Any, timeout: float | None = None) -> None:
+    """Publish one :class:`~idempotency_django.outbox.models.OutboxMessage` where it belongs.
+
+    ``timeout`` bounds a Celery publish (see ``delivery.publish``); a ``django.tasks``
+    backend's ``enqueue()`` has no such bound.
+    """
     chosen = row.options.get(DJANGO_TASKS) if isinstance(row.options, dict) else None
     if chosen is None:
         from idempotency_django.outbox.delivery import publish as publish_to_celery
 
-        publish_to_celery(row)
+        publish_to_celery(row, timeout)
         return
     from idempotency_django.django_tasks import KEY_ARGUMENT
 

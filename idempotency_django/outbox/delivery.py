@@ -9,14 +9,16 @@ the same task id: delivery is at least once, execution once by the consumer.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Min, Q, Sum
+from django.db import transaction
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Sum
 from django.db.models.functions import Now
 
 from idempotency_django import signals
@@ -31,10 +33,19 @@ DEFAULT_BATCH_SIZE = 100
 BACKOFF_BASE = timedelta(seconds=5)
 BACKOFF_CAP = timedelta(minutes=10)
 Publisher = Callable[[OutboxMessage], None]
+#: The on_commit fast path's bound on each step of a publish (connect, send, confirm), in
+#: seconds: a broker that accepts connections and never answers costs about twice this.
+FAST_TIMEOUT = 0.05
+#: The relay's: it runs off the request path and may wait for a loaded broker.
+RELAY_TIMEOUT = 10.0
+#: After a failed fast publish, new rows go straight to the relay for this long.
+FAST_PATH_PAUSE = 5.0
+_paused_until = [0.0]
 
 
-def publish(row: OutboxMessage) -> None:
-    """Send the row's task to Celery's current app, its key as the task id.
+def publish(row: OutboxMessage, timeout: float | None = None) -> None:
+    """Send the row's task to Celery's current app, its key as the task id; return only
+    once the broker has it (a confirmed publish, at most ``timeout`` seconds).
 
     Under ``CELERY_TASK_ALWAYS_EAGER`` (a project run without a broker) a task
     the app knows runs here and now instead, as ``.delay()`` would.
@@ -45,20 +56,27 @@ def publish(row: OutboxMessage) -> None:
         task = current_app.tasks[row.task]
         task.apply(args=row.args, kwargs=row.kwargs, task_id=row.key, **row.options)
         return
-    # retry=False: the request (fast path) must not hang on a dead broker; the
-    # relay is the retry.
-    current_app.send_task(
-        row.task, args=row.args, kwargs=row.kwargs, task_id=row.key, retry=False, **row.options
-    )
+    from idempotency_django.outbox import broker
+
+    broker.send(current_app, row, RELAY_TIMEOUT if timeout is None else timeout)
 
 
 def publish_after_commit(pk: int, using: str) -> None:
-    """The fast path, run by ``on_commit``: publish one row now, never raise."""
+    """The fast path, run by ``on_commit``: publish one row now, never raise.
+
+    Bounded: one try of at most ``FAST_TIMEOUT``; after a failure this process
+    leaves new rows to the relay for ``FAST_PATH_PAUSE`` (a broker outage costs
+    the first request at most ``FAST_TIMEOUT``, the others nothing).
+    """
+    if time.monotonic() < _paused_until[0]:
+        return
     try:
         with transaction.atomic(using=using):
             rows = _locked(using).filter(pk=pk)
             for row in rows:
-                _deliver(row, using, backends.publish, how="fast")
+                fast = functools.partial(backends.publish, timeout=FAST_TIMEOUT)
+                if not _deliver(row, using, fast, how="fast"):
+                    _paused_until[0] = time.monotonic() + FAST_PATH_PAUSE
     except Exception:
         # The row stays pending: the relay publishes it. The request's answer stands.
         logger.warning("outbox: could not publish row %s after commit", pk, exc_info=True)
@@ -167,27 +185,26 @@ def stats(using: str | None = None) -> OutboxStats:
     pending = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
     found = pending.aggregate(
         pending=Count("pk"),
-        oldest=Min("created_at"),
         failing=Count("pk", filter=Q(failures__gt=0)),
         failures=Sum("failures"),
     )
     oldest = 0.0
-    if found["oldest"] is not None:
-        oldest = max(0.0, (_db_now(alias) - found["oldest"]).total_seconds())
+    if found["pending"]:
+        oldest = _oldest_age(pending)
     return OutboxStats(found["pending"], oldest, found["failing"], found["failures"] or 0)
 
 
-def _db_now(alias: str) -> datetime:
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT CURRENT_TIMESTAMP")
-        value = cursor.fetchone()[0]
-    return _aware(value)
-
-
-def _aware(value: datetime | str) -> datetime:
-    if isinstance(value, str):  # SQLite answers text
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+def _oldest_age(pending: Any) -> float:
+    # The row's time and the database's clock read in one query, through one field's
+    # converters: both aware or both naive (USE_TZ = False), on every backend.
+    now = ExpressionWrapper(Now(), output_field=DateTimeField())
+    row = pending.order_by("created_at").annotate(now=now).values_list("created_at", "now")[:1]
+    found = row.first()
+    if found is None:  # sent meanwhile
+        return 0.0
+    created, current = found
+    age: timedelta = current - created
+    return max(0.0, age.total_seconds())
 
 
 def purge_sent(

@@ -68,9 +68,14 @@ _registered: dict[int, OutboxCollector] = {}
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> OutboxCollector:
-    """Add the outbox's gauges to ``registry`` (once per registry)."""
+    """Add the outbox's gauges to ``registry`` (once per registry) and, for the default
+    registry, to ``/metrics``' multiprocess merge (which never sees the default one)."""
+    from idempotency_django.contrib.prometheus.views import add_scrape_time_collector
+
     if id(registry) not in _registered:
         collector = OutboxCollector()
         registry.register(collector)
         _registered[id(registry)] = collector
+    if registry is REGISTRY:
+        add_scrape_time_collector(_registered[id(registry)])
     return _registered[id(registry)]

@@ -1,6 +1,6 @@
 """PostgreSQL's part of both protocols: one-statement claims guarded by an advisory lock.
 
-The advisory lock id is a 64-bit hash of (tenant, key) (``hashtextextended``).
+The advisory lock id is a keyed 64-bit hash of (tenant, key) (``Target.lock_id``).
 Two keys whose hashes collide only cost each other a false 409 while both are
 in flight: the unique (tenant, key) index, not the lock, decides who runs.
 Transaction-scoped advisory locks are released at commit or rollback, so they
@@ -30,7 +30,7 @@ from idempotency_django.store.sql import (
     where_key,
 )
 
-LOCK_ID = "hashtextextended(%s, 0)"
+LOCK_ID = "%s::bigint"
 # The claim alone may commit without waiting for its WAL flush. It only has to be
 # durable once the business transaction commits, and that (synchronous) commit
 # flushes all WAL written before it, the claim's included: a crash can lose an
@@ -49,7 +49,7 @@ def claim(target: Target, owner: uuid.UUID, *, relaxed: bool, bounded: bool) -> 
     conn = connections[target.using]
     name = f"pg-claim:{relaxed}:{bounded}"
     sql = cached_sql(conn, name, lambda: _claim_sql(conn, relaxed, bounded))
-    params: list[Any] = [target.lock_text, *idle_params(target)[: int(bounded)]]
+    params: list[Any] = [target.lock_id, *idle_params(target)[: int(bounded)]]
     params += [*insert_params(conn, target, owner), target.tenant, target.key]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
@@ -99,7 +99,7 @@ def wait_for_lock(target: Target, seconds: float) -> bool:
                 [timeout],
             )
             previous = cursor.fetchone()[0]
-            cursor.execute(f"SELECT pg_advisory_xact_lock({LOCK_ID})", [target.lock_text])
+            cursor.execute(f"SELECT pg_advisory_xact_lock({LOCK_ID})", [target.lock_id])
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
     except Exception as exc:
         if sqlstate(exc) == "55P03":  # lock_not_available: the holder is still at it

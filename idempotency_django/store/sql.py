@@ -38,9 +38,11 @@ class Target:
     idle: timedelta | None = None  # IDEMPOTENCY_IDLE_TIMEOUT: see ``pg.IDLE_BOUND``
 
     @property
-    def lock_text(self) -> str:
-        """What the advisory lock id is hashed from (see ``lock_id_sql``)."""
-        return f"idempotency_django\x1f{self.tenant}\x1f{self.key}"
+    def lock_id(self) -> int:
+        """The key's advisory lock id: keyed with the server secret (``secret.lock_id``)."""
+        from idempotency_django.secret import lock_id
+
+        return lock_id(self.using, self.tenant, self.key)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,17 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+#: Collectors that read shared state at scrape time (the outbox's gauges): the
+#: multiprocess merge holds only the workers' files, so they are added to it too.
+SCRAPE_TIME: list[Collector] = []
+
+
+def add_scrape_time_collector(collector: Collector) -> None:
+    """Have ``/metrics`` show ``collector`` under multiprocess mode too (once)."""
+    if collector not in SCRAPE_TIME:
+        SCRAPE_TIME.append(collector)
 
 
 @require_safe
@@ -26,5 +37,7 @@ def registry() -> CollectorRegistry:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         merged = CollectorRegistry()
         MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        for collector in SCRAPE_TIME:
+            merged.register(collector)
         return merged
     return REGISTRY

@@ -1,0 +1,130 @@
+"""The server secret: what derived keys, advisory-lock ids and key digests are keyed with.
+
+It must never change while a retry can still come: a derived key handed to a
+payment provider, or a lock id two servers share, has to be the same on the
+retry as on the first try. So it is not ``SECRET_KEY`` (which is rotated) but
+``IDEMPOTENCY_SECRET`` or, when that is unset, a value persisted once per
+entries database (:class:`~idempotency_django.models.IdempotencySecret`).
+
+The persisted value is derived from the oldest of ``SECRET_KEY_FALLBACKS`` and
+``SECRET_KEY`` exactly as 0.2.0's ``derive_key()`` keyed itself: an upgrade
+keeps every derived key, a later rotation or dropped fallback changes nothing
+(the row is read, not recomputed), and a flushed test database re-creates the
+same value.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.db import router
+from django.dispatch import receiver
+from django.utils.encoding import force_bytes
+
+from idempotency_django.conf import conf
+
+_SEED = b"idempotency_django.derive"
+_ROW = 1
+_cache: dict[str, bytes] = {}
+_DIGEST = "\x00key_digest"  # no database alias is spelt so
+_WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
+
+
+def server_secret(using: str | None = None) -> bytes:
+    """The 32-byte secret for the entries database ``using`` (read once per process)."""
+    alias = using or conf.DATABASE
+    found = _cache.get(alias)
+    if found is None:
+        found = _cache[alias] = _load(alias)
+    return found
+
+
+def seed_from_settings() -> bytes:
+    """What the secret is when first persisted (and what ``IDEMPOTENCY_SECRET`` gives)."""
+    configured = conf.SECRET
+    if configured is not None:
+        return hashlib.sha256(_SEED + force_bytes(configured)).digest()
+    # 0.2.0's derive_key(): the oldest configured key (Django's rotation puts the
+    # previous one first in the fallbacks, so the oldest is last).
+    fallbacks = list(getattr(settings, "SECRET_KEY_FALLBACKS", ()))
+    return hashlib.sha256(
+        _SEED + force_bytes(fallbacks[-1] if fallbacks else settings.SECRET_KEY)
+    ).digest()
+
+
+def lock_id(using: str, tenant: str, key: str) -> int:
+    """The advisory-lock id of (tenant, key): a keyed 64-bit value, signed as PostgreSQL's bigint.
+
+    Keyed so that nobody can compute another key with the same id (an unkeyed hash
+    can be inverted and a victim's key held busy from another tenant).
+    """
+    message = f"{tenant}\x1f{key}".encode("utf-8", "surrogatepass")
+    mac = hmac.digest(_subkey(server_secret(using), b"lock"), message, "sha256")
+    return int.from_bytes(mac[:8], "big", signed=True)
+
+
+def digest_secret() -> bytes:
+    """The key of ``signals.key_digest``: from settings alone (no database on a log line).
+
+    ``IDEMPOTENCY_SECRET`` if set, else ``SECRET_KEY``: a rotation only changes the
+    digests logged from then on.
+    """
+    found = _cache.get(_DIGEST)
+    if found is None:
+        configured = conf.SECRET
+        source = force_bytes(settings.SECRET_KEY if configured is None else configured)
+        found = _cache[_DIGEST] = _digest_key(source)
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_key(source: bytes) -> bytes:
+    return _subkey(hashlib.sha256(_SEED + source).digest(), b"key_digest")
+
+
+@functools.lru_cache(maxsize=8)
+def _subkey(secret: bytes, purpose: bytes) -> bytes:
+    return hmac.new(secret, b"idempotency_django." + purpose, hashlib.sha256).digest()
+
+
+def _load(alias: str) -> bytes:
+    if conf.SECRET is not None:
+        return seed_from_settings()
+    from idempotency_django.models import IdempotencySecret
+
+    rows = IdempotencySecret.objects.using(alias)
+    stored = rows.filter(pk=_ROW).values_list("value", flat=True).first()
+    if stored is None:
+        ensure_row(alias)
+        stored = rows.filter(pk=_ROW).values_list("value", flat=True).get()
+    return bytes.fromhex(stored)
+
+
+def ensure_row(alias: str) -> None:
+    """Persist the secret on ``alias`` unless a row is there (a concurrent insert wins)."""
+    from idempotency_django.models import IdempotencySecret
+
+    row = IdempotencySecret(pk=_ROW, value=seed_from_settings().hex())
+    IdempotencySecret.objects.using(alias).bulk_create([row], ignore_conflicts=True)
+
+
+def on_post_migrate(using: str = "default", **kwargs: Any) -> None:
+    """Persist the secret as soon as the table exists (in autocommit, outside any request)."""
+    from idempotency_django.models import IdempotencySecret
+
+    if conf.SECRET is None and router.allow_migrate_model(using, IdempotencySecret):
+        ensure_row(using)
+
+
+@receiver(setting_changed)
+def _forget(setting: str, **kwargs: Any) -> None:
+    if setting in _WATCHED:
+        _cache.clear()
+
+
+__all__ = ["lock_id", "seed_from_settings", "server_secret"]

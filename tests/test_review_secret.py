@@ -1,0 +1,110 @@
+"""The server secret (0.2.0 review, items 3, 5 and 8): derived keys, lock ids, key digests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+from celery import Celery
+from django.core.management import call_command
+from django.test import Client, override_settings
+
+from idempotency_django import signals
+from idempotency_django.celery import idempotent_task
+from idempotency_django.checks import check_secret
+from idempotency_django.models import IdempotencySecret
+from idempotency_django.secret import lock_id, server_secret
+from tests.helpers import new_key, post
+from tests.lock_helpers import dsn
+from tests.testapp.models import Charge
+
+app = Celery("idempotency_django_secret", set_as_current=False)
+
+
+@app.task(bind=True, name="secret.logged")
+@idempotent_task(key=lambda reference: f"order-{reference}")
+def logged(self: Any, reference: str) -> str:
+    Charge.objects.create(reference=reference, amount=1)
+    return reference
+
+
+def _unkeyed_lock_id(tenant: str, key: str) -> int:
+    with psycopg.connect(dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT hashtextextended(%s, 0)", (f"idempotency_django\x1f{tenant}\x1f{key}",)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lock")
+def test_item5_the_unkeyed_lock_id_of_a_victims_key_holds_nothing() -> None:
+    """0.2.0's lock id was hashtextextended(text, 0): anyone could compute (and collide) it.
+
+    Holding that id must not make the victim's request busy: the id is keyed now.
+    """
+    key = new_key()
+    with psycopg.connect(dsn()) as attacker:
+        attacker.execute("SELECT pg_advisory_xact_lock(%s)", (_unkeyed_lock_id("", key),))
+        response = post(Client(raise_request_exception=False), "/charges/", key)
+    assert response.status_code == 201
+
+
+@pytest.mark.django_db
+def test_item5_the_lock_id_is_keyed_with_the_server_secret() -> None:
+    first = lock_id("default", "t", "order-1001")
+    assert -(2**63) <= first < 2**63
+    assert lock_id("default", "t", "order-1001") == first
+    assert lock_id("default", "u", "order-1001") != first
+    with override_settings(IDEMPOTENCY_SECRET="x" * 40):
+        assert lock_id("default", "t", "order-1001") != first
+
+
+@pytest.mark.django_db
+def test_item8_key_digest_is_keyed() -> None:
+    unkeyed = hashlib.sha256(json.dumps(["t", "1234"]).encode()).hexdigest()[:12]
+    digest = signals.key_digest("t", "1234")
+    assert digest != unkeyed
+    assert len(digest) == 12
+    with override_settings(IDEMPOTENCY_SECRET="y" * 40):
+        assert signals.key_digest("t", "1234") != digest
+
+
+@pytest.mark.django_db(transaction=True)
+def test_item8_no_log_line_of_a_task_holds_its_key(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for _ in range(2):  # the run, then a replay
+        assert logged.apply(args=("r-secret-9",), task_id="task-id-secret").get() == "r-secret-9"
+    ours = [record for record in caplog.records if record.name.startswith("idempotency_django")]
+    lines = [record.getMessage() for record in ours] + [repr(vars(record)) for record in ours]
+    assert lines
+    assert not [line for line in lines if "order-r-secret-9" in line or "task-id-secret" in line]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_secret_row_is_written_once_and_never_rewritten() -> None:
+    stored = IdempotencySecret.objects.get().value
+    with override_settings(SECRET_KEY="rotated", SECRET_KEY_FALLBACKS=[]):
+        assert server_secret().hex() == stored
+        call_command("migrate", verbosity=0)
+    assert IdempotencySecret.objects.get().value == stored
+
+
+def test_idempotency_secret_check() -> None:
+    assert check_secret("s" * 32) == []
+    for bad in ("short", 12, ""):
+        (error,) = check_secret(bad)
+        assert error.id == "idempotency_django.E020"
+
+
+def test_a_bad_idempotency_secret_fails_manage_check() -> None:
+    from django.core.management.base import SystemCheckError
+
+    with override_settings(IDEMPOTENCY_SECRET="short"), pytest.raises(SystemCheckError):
+        call_command("check")
