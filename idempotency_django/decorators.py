@@ -13,7 +13,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django import core
-from idempotency_django.conf import TenantResolver
+from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter

@@ -42,9 +42,9 @@ from idempotency_django import core
 from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
-from idempotency_django.keys import _derivation_secret
 from idempotency_django.options import KeyExtractor, Options, check_option_names
 from idempotency_django.responses import PROBLEM_CONTENT_TYPE, problem_response
+from idempotency_django.secret import server_secret
 
 Func = TypeVar("Func", bound=Callable[..., Any])
 
@@ -213,17 +213,20 @@ def _renderer(request: HttpRequest, values: dict[str, Any]) -> Callable[[Any], H
 
 def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
     """Protect one call of an operation, answering client errors as problem+json."""
-    tenant_of = functools.partial(tenant, request, options.tenant)
     if not core.applies(request, options):
-        core.passing_through(request, tenant_of)
+        core.passing_through(request, functools.partial(tenant, request, options.tenant))
         return call_view()
     try:
-        return core.protect(request, options.resolve(request), tenant_of, call_view)
+        policy = options.resolve(request)
+        tenant_of = functools.partial(tenant, request, options.tenant, policy.database)
+        return core.protect(request, policy, tenant_of, call_view)
     except IdempotencyError as error:
         return problem_response(error)
 
 
-def tenant(request: HttpRequest, resolver: TenantResolver | None = None) -> str:
+def tenant(
+    request: HttpRequest, resolver: TenantResolver | None = None, using: str | None = None
+) -> str:
     """Whose key space a Ninja request's key lives in.
 
     ``resolver(request)`` when given; else the principal Ninja authenticated
@@ -235,24 +238,24 @@ def tenant(request: HttpRequest, resolver: TenantResolver | None = None) -> str:
     principal = getattr(request, "auth", None)
     if principal is None:
         return conf.TENANT_RESOLVER(request)
-    return principal_tenant(principal)
+    return principal_tenant(principal, using)
 
 
-def principal_tenant(principal: object) -> str:
+def principal_tenant(principal: object, using: str | None = None) -> str:
     """The tenant of what a Ninja auth class returned.
 
     A user is its primary key (the key space of ``IDEMPOTENCY_TENANT_RESOLVER``'s
     default, so a session caller and a ``django_auth`` caller are one tenant); another
     model instance (a token row) is its model and primary key; a string, bytes or
-    number (an API key, a bearer token) is a digest of it keyed by the oldest configured
-    secret (as derived keys are), never the credential itself.
+    number (an API key, a bearer token) is a digest of it keyed by the server secret of
+    the entries' database ``using`` (as derived keys are), never the credential itself.
     """
     if isinstance(principal, AbstractBaseUser):
         return str(principal.pk)
     if isinstance(principal, Model):
         return f"{principal._meta.label_lower}:{principal.pk}"
     if isinstance(principal, str | bytes | int) and not isinstance(principal, bool):
-        return f"credential:{_credential_digest(force_bytes(principal))}"
+        return f"credential:{_credential_digest(force_bytes(principal), using)}"
     raise ImproperlyConfigured(
         f"The Ninja auth returned {type(principal).__name__}, which does not say who the "
         "caller is: return a user, a model instance or the credential from the auth class, "
@@ -260,10 +263,10 @@ def principal_tenant(principal: object) -> str:
     )
 
 
-def _credential_digest(credential: bytes) -> str:
-    # Under the oldest configured secret, as derived keys are (keys.derive_key): a
-    # SECRET_KEY rotation must not move a caller to a new key space mid-retry.
-    secret = hashlib.sha256(b"idempotency_django.ninja.principal" + _derivation_secret()).digest()
+def _credential_digest(credential: bytes, using: str | None) -> str:
+    # Under the server secret, as derived keys are (keys.derive_key): a SECRET_KEY
+    # rotation must not move a caller to a new key space mid-retry.
+    secret = hashlib.sha256(b"idempotency_django.ninja.principal" + server_secret(using)).digest()
     return hmac.new(secret, credential, hashlib.sha256).hexdigest()
 
 
