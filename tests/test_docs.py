@@ -85,3 +85,20 @@ def test_every_check_id_is_documented(built_docs: Path) -> None:
     page = (built_docs / "settings.html").read_text(encoding="utf-8")
     missing = sorted(i for i in check_ids if f"idempotency_django.{i}" not in page)
     assert not missing, f"name these check ids in docs/settings.rst: {missing}"
+
+
+def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> None:
+    from idempotency_django import deploy_checks as d
+
+    messages = [
+        *d.check_unknown(["IDEMPOTENCY_REQUIRD"]),
+        *d.check_purge_scheduled(False),
+        *d.check_cache_backend("replay", "django.core.cache.backends.locmem.LocMemCache"),
+        *d.check_idle_timeout_kept(None, "postgresql"),
+        *d.check_entries_on_sqlite("default", "sqlite"),
+    ]
+    assert len(messages) == 5
+    for message in messages:
+        uri = urlsplit(message.hint.rsplit(" ", 1)[-1])
+        page = built_docs / uri.path.removeprefix(urlsplit(SITE).path)
+        assert uri.fragment in html_ids(page), f"{message.id}: no #{uri.fragment} in {page.name}"
