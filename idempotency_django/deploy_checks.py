@@ -52,7 +52,10 @@ def check_unknown(names: Iterable[str]) -> list[CheckMessage]:
             else ("It is not an idempotency_django setting.")
         )
         messages += _warning(
-            "W080", f"{name} is not a setting idempotency_django reads.", guess, "settings#check-w080"
+            "W080",
+            f"{name} is not a setting idempotency_django reads.",
+            guess,
+            "settings#check-w080",
         )
     return messages
 
