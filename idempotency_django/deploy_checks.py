@@ -143,8 +143,9 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     """What is fine in development and wrong in production (``manage.py check --deploy``)."""
     messages = check_purge_scheduled(purge_scheduled())
     cache = getattr(settings, "IDEMPOTENCY_CACHE", None)
-    if isinstance(cache, str) and cache in settings.CACHES:
-        messages += check_cache_backend(cache, settings.CACHES[cache].get("BACKEND", ""))
+    caches: dict[str, dict[str, Any]] = settings.CACHES
+    if isinstance(cache, str) and cache in caches:
+        messages += check_cache_backend(cache, str(caches[cache].get("BACKEND", "")))
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if isinstance(alias, str) and alias in settings.DATABASES:
         vendor = connections[alias].vendor
