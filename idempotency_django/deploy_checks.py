@@ -138,14 +138,17 @@ def check_entries_on_sqlite(alias: str, vendor: str) -> list[CheckMessage]:
     )
 
 
+def _backend(cache: Any) -> str:
+    return str(cache.get("BACKEND", "")) if isinstance(cache, dict) else ""
+
+
 @register(Tags.compatibility, deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """What is fine in development and wrong in production (``manage.py check --deploy``)."""
     messages = check_purge_scheduled(purge_scheduled())
     cache = getattr(settings, "IDEMPOTENCY_CACHE", None)
-    caches: dict[str, dict[str, Any]] = settings.CACHES
-    if isinstance(cache, str) and cache in caches:
-        messages += check_cache_backend(cache, str(caches[cache].get("BACKEND", "")))
+    if isinstance(cache, str) and cache in settings.CACHES:
+        messages += check_cache_backend(cache, _backend(settings.CACHES[cache]))
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if isinstance(alias, str) and alias in settings.DATABASES:
         vendor = connections[alias].vendor
