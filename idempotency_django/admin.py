@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import ngettext
 
-from idempotency_django import purge
+from idempotency_django import lookup, purge
 from idempotency_django.conf import conf
 from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
@@ -102,12 +102,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     @admin.display(description="response body")
     def body(self, entry: IdempotencyEntry) -> str:
         # Shown by size and type, never rendered: it is another party's answer.
-        if entry.response_body is None:
-            return "-"
-        content_type = next(
-            (v for k, v in entry.response_headers or [] if k.lower() == "content-type"), "unknown"
-        )
-        return f"{len(entry.response_body)} bytes, {content_type}"
+        return lookup.body_summary(entry)
 
     @admin.action(description="Release stuck in-progress entries", permissions=["release"])
     def release_stuck(self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]) -> None:
