@@ -9,16 +9,16 @@ __all__ = [
     "IdempotencyContext",
     "IdempotentRequest",
     "__version__",
+    "idempotency_of",
     "idempotent",
     "idempotent_call",
     "idempotent_function",
-    "idempotency_of",
 ]
 
 if TYPE_CHECKING:
+    from idempotency_django.access import idempotency_of
     from idempotency_django.calls import idempotent_call, idempotent_function
     from idempotency_django.core import IdempotencyContext, IdempotentRequest
-    from idempotency_django.access import idempotency_of
     from idempotency_django.decorators import idempotent
 
     __version__: str

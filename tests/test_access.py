@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
@@ -13,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
-from idempotency_django import IdempotencyContext, idempotent, idempotency_of
+from idempotency_django import IdempotencyContext, idempotency_of, idempotent
 from idempotency_django.rest_framework import IdempotentMixin
 
 pytestmark = pytest.mark.django_db
@@ -37,9 +35,8 @@ class Drf(IdempotentMixin, APIView):
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> Any:
+def _clear() -> None:
     seen.clear()
-    yield
 
 
 def test_a_plain_view_gets_its_context() -> None:

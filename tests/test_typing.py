@@ -8,13 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import service_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the accessor replaces: DRF's Request declares no ``idempotency``.
-UNTYPED = '''
+UNTYPED = """
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -24,7 +22,7 @@ from idempotency_django.rest_framework import IdempotentMixin
 class ChargeView(IdempotentMixin, APIView):
     def post(self, request: object) -> Response:
         return Response({"key": self.request.idempotency.derive("provider")})
-'''
+"""
 
 
 def test_strict_mypy_accepts_the_accessor_and_rejects_the_attribute(tmp_path: Path) -> None:
@@ -34,8 +32,17 @@ def test_strict_mypy_accepts_the_accessor_and_rejects_the_attribute(tmp_path: Pa
     shutil.copy(ROOT / "tests" / "typed" / "views.py", tmp_path / "typed_views.py")
     (tmp_path / "untyped_views.py").write_text(UNTYPED)
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml")]
-        + [str(tmp_path / "typed_views.py"), str(tmp_path / "untyped_views.py")],
+        [
+            *(
+                sys.executable,
+                "-m",
+                "mypy",
+                "--strict",
+                "--config-file",
+                str(ROOT / "pyproject.toml"),
+            ),
+            *(str(tmp_path / "typed_views.py"), str(tmp_path / "untyped_views.py")),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

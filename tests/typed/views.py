@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django import IdempotencyContext, IdempotentRequest, idempotent, idempotency_of
+from idempotency_django import IdempotencyContext, IdempotentRequest, idempotency_of, idempotent
 from idempotency_django.rest_framework import IdempotentMixin
 
 
