@@ -102,3 +102,19 @@ def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> N
         uri = urlsplit(message.hint.rsplit(" ", 1)[-1])
         page = built_docs / uri.path.removeprefix(urlsplit(SITE).path)
         assert uri.fragment in html_ids(page), f"{message.id}: no #{uri.fragment} in {page.name}"
+
+
+def python_blocks(page: Path) -> list[str]:
+    """The ``.. code-block:: python`` bodies of an RST page, dedented."""
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", page.read_text())
+    return [re.sub(r"(?m)^    ", "", block).strip() for block in blocks]
+
+
+def test_the_docs_index_example_is_the_readmes() -> None:
+    def example(page: Path) -> str:
+        return next(b for b in python_blocks(page) if "def create_charge" in b)
+
+    index = example(DOCS / "index.rst")
+    assert index == example(ROOT / "README.rst")
+    assert "@csrf_exempt" in index
+    assert "@require_POST" in index
