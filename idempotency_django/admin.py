@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import ngettext
 
 from idempotency_django import lookup, purge
@@ -22,6 +23,7 @@ else:
     EntryAdminBase = admin.ModelAdmin
 
 Status = IdempotencyEntry.Status
+KEY_SHOWN = 40  # characters of a key in the changelist; a UUID's 36 fit
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -43,11 +45,13 @@ class ExpiredFilter(admin.SimpleListFilter):
 
 @admin.register(IdempotencyEntry)
 class IdempotencyEntryAdmin(EntryAdminBase):
+    # The status right after the key, and long keys cut (whole in the tooltip): the
+    # columns that matter stay on a 1280 px screen.
     list_display = (
         "readable_key",
-        "tenant",
         "status",
         "response_status",
+        "tenant",
         "created_at",
         "expires_at",
         "expired",
@@ -93,7 +97,10 @@ class IdempotencyEntryAdmin(EntryAdminBase):
 
     @admin.display(description="key", ordering="key")
     def readable_key(self, entry: IdempotencyEntry) -> str:
-        return readable(entry.key)  # a task's scope and key apart, not joined by \x1f
+        key = readable(entry.key)  # a task's scope and key apart, not joined by \x1f
+        if len(key) <= KEY_SHOWN:
+            return key
+        return format_html('<span title="{}">{}…</span>', key, key[: KEY_SHOWN - 1])
 
     @admin.display(boolean=True, description="expired")
     def expired(self, entry: IdempotencyEntry) -> bool:
