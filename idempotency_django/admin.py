@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
@@ -23,7 +26,7 @@ else:
     EntryAdminBase = admin.ModelAdmin
 
 Status = IdempotencyEntry.Status
-KEY_SHOWN = 40  # characters of a key in the changelist; a UUID's 36 fit
+KEY_SHOWN = 37  # characters of a key in the changelist; a UUID's 36 fit
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -50,10 +53,10 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     list_display = (
         "readable_key",
         "status",
-        "response_status",
+        "answer",
         "tenant",
-        "created_at",
-        "expires_at",
+        "created",
+        "expires",
         "expired",
     )
     list_filter = ("status", ExpiredFilter)
@@ -102,6 +105,18 @@ class IdempotencyEntryAdmin(EntryAdminBase):
             return key
         return format_html('<span title="{}">{}…</span>', key, key[: KEY_SHOWN - 1])
 
+    @admin.display(description="answer", ordering="response_status")
+    def answer(self, entry: IdempotencyEntry) -> int | None:
+        return entry.response_status
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, entry: IdempotencyEntry) -> str:
+        return _compact(entry.created_at)
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, entry: IdempotencyEntry) -> str:
+        return _compact(entry.expires_at)
+
     @admin.display(boolean=True, description="expired")
     def expired(self, entry: IdempotencyEntry) -> bool:
         return entry.expires_at <= timezone.now()
@@ -126,3 +141,8 @@ class IdempotencyEntryAdmin(EntryAdminBase):
             "(finished, lease not yet passed, or held by a running request).",
             messages.SUCCESS if released else messages.WARNING,
         )
+
+
+def _compact(moment: datetime) -> str:
+    """``2026-11-24 13:02``, in the current time zone: a column, not a sentence."""
+    return date_format(timezone.localtime(moment) if settings.USE_TZ else moment, "Y-m-d H:i")
