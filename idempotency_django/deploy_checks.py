@@ -37,7 +37,7 @@ def known_settings() -> frozenset[str]:
     return frozenset(name for name, _check in checks._SINGLE)
 
 
-def _warning(check_id: str, msg: str, hint: str, anchor: str) -> list[CheckMessage]:
+def warning(check_id: str, msg: str, hint: str, anchor: str) -> list[CheckMessage]:
     page, _, fragment = anchor.partition("#")
     hint = f"{hint} See {DOCS}{page}.html#{fragment}"
     return [Warning(msg, hint=hint, id=f"idempotency_django.{check_id}")]
@@ -51,7 +51,7 @@ def check_unknown(names: Iterable[str]) -> list[CheckMessage]:
             if (nearest := _nearest(name, known))
             else ("It is not an idempotency_django setting.")
         )
-        messages += _warning(
+        messages += warning(
             "W080",
             f"{name} is not a setting idempotency_django reads.",
             guess,
@@ -77,21 +77,25 @@ def beat_tasks(schedule: Mapping[str, Any] | None) -> set[str]:
     return {str(entry.get("task")) for entry in (schedule or {}).values()}
 
 
-def purge_scheduled() -> bool | None:
-    """Whether beat runs the purge task; ``None`` when the schedule lives elsewhere (a database)."""
+def scheduled(task: str) -> bool | None:
+    """Whether beat runs ``task``; ``None`` when the schedule lives elsewhere (a database)."""
     if apps.is_installed("django_celery_beat"):
         return None  # its schedule is in the database, which checks don't read
     tasks = beat_tasks(getattr(settings, "CELERY_BEAT_SCHEDULE", None))
     celery = sys.modules.get("celery")
     if celery is not None:  # the project's app configured, e.g. by app.conf.beat_schedule
         tasks |= beat_tasks(celery.current_app.conf.beat_schedule)
-    return PURGE_TASK in tasks
+    return task in tasks
+
+
+def purge_scheduled() -> bool | None:
+    return scheduled(PURGE_TASK)
 
 
 def check_purge_scheduled(scheduled: bool | None) -> list[CheckMessage]:
     if scheduled is not False:
         return []
-    return _warning(
+    return warning(
         "W081",
         "Nothing schedules the purge of idempotency entries: expired entries and abandoned "
         "claims stay in the table for ever.",
@@ -104,7 +108,7 @@ def check_purge_scheduled(scheduled: bool | None) -> list[CheckMessage]:
 def check_cache_backend(alias: str | None, backend: str) -> list[CheckMessage]:
     if alias is None or backend not in _LOCAL_CACHES:
         return []
-    return _warning(
+    return warning(
         "W082",
         f"IDEMPOTENCY_CACHE {alias!r} is a per-process cache ({backend.rsplit('.', 1)[-1]}): "
         "each worker keeps its own copy, so replays mostly miss it and every worker holds "
@@ -117,7 +121,7 @@ def check_cache_backend(alias: str | None, backend: str) -> list[CheckMessage]:
 def check_idle_timeout_kept(value: Any, vendor: str) -> list[CheckMessage]:
     if value is not None or vendor != "postgresql":
         return []
-    return _warning(
+    return warning(
         "W083",
         "IDEMPOTENCY_IDLE_TIMEOUT is None: a protected view's transaction left idle (a hung "
         "worker, a lost TCP close) holds its key, every retry answering 409, until its "
@@ -130,7 +134,7 @@ def check_idle_timeout_kept(value: Any, vendor: str) -> list[CheckMessage]:
 def check_entries_on_sqlite(alias: str, vendor: str) -> list[CheckMessage]:
     if vendor != "sqlite":
         return []
-    return _warning(
+    return warning(
         "W084",
         f"IDEMPOTENCY_DATABASE {alias!r} is SQLite: one machine, one writer at a time.",
         "Keep the entries on PostgreSQL (or MySQL/MariaDB) in production.",

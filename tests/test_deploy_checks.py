@@ -20,6 +20,7 @@ from idempotency_django.deploy_checks import (
     check_setting_names,
     check_unknown,
 )
+from idempotency_django.outbox.checks import check_relay_scheduled
 
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 REDIS = "django_redis.cache.RedisCache"
@@ -114,6 +115,7 @@ def test_the_deploy_checks_read_the_entries_database() -> None:
         *deploy_checks.check_cache_backend("replay", LOCMEM),
         *deploy_checks.check_idle_timeout_kept(None, "postgresql"),
         *deploy_checks.check_entries_on_sqlite("default", "sqlite"),
+        *check_relay_scheduled(False),
     ],
     ids=lambda message: message.id,
 )
@@ -123,13 +125,22 @@ def test_every_warning_has_a_hint_and_a_docs_anchor(message: Any) -> None:
     assert urlsplit(url).fragment  # each anchor is asserted in the built docs (test_docs.py)
 
 
+def test_w085_nothing_schedules_the_outbox_relay() -> None:
+    from idempotency_django.outbox.checks import RELAY_TASK, check_outbox_deployment
+
+    assert ids(check_outbox_deployment()) == ["idempotency_django.W085"]
+    beat = {"relay": {"task": RELAY_TASK, "schedule": 30}}
+    with override_settings(CELERY_BEAT_SCHEDULE=beat):
+        assert check_outbox_deployment() == []
+
+
 def test_manage_py_check_deploy_reports_them() -> None:
     caches = {"default": {"BACKEND": LOCMEM}, "replay": {"BACKEND": LOCMEM}}
     err = io.StringIO()
     with override_settings(CACHES=caches, IDEMPOTENCY_CACHE="replay", IDEMPOTENCY_LEASES=30):
         call_command("check", "--deploy", stdout=io.StringIO(), stderr=err)
     output = err.getvalue()
-    for check_id in ("W080", "W081", "W082"):
+    for check_id in ("W080", "W081", "W082", "W085"):
         assert f"idempotency_django.{check_id}" in output
     assert "Did you mean IDEMPOTENCY_LEASE?" in output
 

@@ -89,6 +89,7 @@ def test_every_check_id_is_documented(built_docs: Path) -> None:
 
 def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> None:
     from idempotency_django import deploy_checks as d
+    from idempotency_django.outbox.checks import check_relay_scheduled
 
     messages = [
         *d.check_unknown(["IDEMPOTENCY_REQUIRD"]),
@@ -96,8 +97,9 @@ def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> N
         *d.check_cache_backend("replay", "django.core.cache.backends.locmem.LocMemCache"),
         *d.check_idle_timeout_kept(None, "postgresql"),
         *d.check_entries_on_sqlite("default", "sqlite"),
+        *check_relay_scheduled(False),
     ]
-    assert len(messages) == 5
+    assert len(messages) == 6
     for message in messages:
         uri = urlsplit(message.hint.rsplit(" ", 1)[-1])
         page = built_docs / uri.path.removeprefix(urlsplit(SITE).path)

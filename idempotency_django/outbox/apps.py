@@ -15,6 +15,7 @@ class OutboxConfig(AppConfig):
         from django.apps import apps
 
         from idempotency_django import purge
+        from idempotency_django.outbox import checks  # noqa: F401  (registers them)
 
         purge.register_step("sent outbox rows", _purge_sent)
 
