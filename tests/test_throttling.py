@@ -147,3 +147,27 @@ def test_a_throttled_request_is_not_stored_and_runs_later(client: Client) -> Non
 def test_safe_methods_are_throttled_as_before(client: Client) -> None:
     assert client.get("/throttled/").status_code == 200
     assert client.get("/throttled/").status_code == 429
+
+
+def test_an_async_handler_is_throttled_first_too() -> None:
+    """adrf's ``async def`` handlers: the same order, the check run off the event loop."""
+    import asyncio
+
+    from idempotency_django import throttling
+
+    order: list[str] = []
+
+    class View(APIView):
+        def check_throttles(self, request: Request) -> None:
+            order.append(f"throttles, deferred={throttling.deferred(self)}")
+
+    async def handler(request: Request) -> str:
+        order.append("handler")
+        return "answer"
+
+    view = View()
+    throttling.defer(view)
+    checked = throttling.throttled_first(view, handler)
+    assert asyncio.iscoroutinefunction(checked)
+    assert asyncio.run(checked(None)) == "answer"
+    assert order == ["throttles, deferred=False", "handler"]
