@@ -146,10 +146,32 @@ def _backend(cache: Any) -> str:
     return str(cache.get("BACKEND", "")) if isinstance(cache, dict) else ""
 
 
+def tasks_eager() -> bool:
+    """Celery runs tasks in the caller's process (``task_always_eager``): a development mode."""
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) is True:
+        return True
+    celery = sys.modules.get("celery")
+    return celery is not None and celery.current_app.conf.task_always_eager is True
+
+
+def check_tasks_not_eager(eager: bool) -> list[CheckMessage]:
+    if not eager:
+        return []
+    return warning(
+        "W086",
+        "Celery runs tasks eagerly (task_always_eager): every task, idempotent ones "
+        "included, runs inside the request that sends it, and a delivery meeting a held key "
+        "is retried at once, up to max_retries, instead of waiting for the holder.",
+        "Run a broker and workers in production; keep eager mode for development and tests.",
+        "operations#check-w086",
+    )
+
+
 @register(Tags.compatibility, deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """What is fine in development and wrong in production (``manage.py check --deploy``)."""
     messages = check_purge_scheduled(purge_scheduled())
+    messages += check_tasks_not_eager(tasks_eager())
     cache = getattr(settings, "IDEMPOTENCY_CACHE", None)
     if isinstance(cache, str) and cache in settings.CACHES:
         messages += check_cache_backend(cache, _backend(settings.CACHES[cache]))

@@ -116,6 +116,7 @@ def test_the_deploy_checks_read_the_entries_database() -> None:
         *deploy_checks.check_idle_timeout_kept(None, "postgresql"),
         *deploy_checks.check_entries_on_sqlite("default", "sqlite"),
         *check_relay_scheduled(False),
+        *deploy_checks.check_tasks_not_eager(True),
     ],
     ids=lambda message: message.id,
 )
@@ -123,6 +124,14 @@ def test_every_warning_has_a_hint_and_a_docs_anchor(message: Any) -> None:
     url = message.hint.rsplit(" ", 1)[-1]
     assert url.startswith(deploy_checks.DOCS)
     assert urlsplit(url).fragment  # each anchor is asserted in the built docs (test_docs.py)
+
+
+def test_w086_celery_runs_tasks_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "idempotency_django.W086" in deploy_ids(CELERY_TASK_ALWAYS_EAGER=True)
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    assert "idempotency_django.W086" not in deploy_ids(CELERY_TASK_ALWAYS_EAGER=False)
+    monkeypatch.setitem(current_app.conf, "task_always_eager", True)
+    assert "idempotency_django.W086" in deploy_ids(CELERY_TASK_ALWAYS_EAGER=False)
 
 
 def test_w085_nothing_schedules_the_outbox_relay() -> None:
