@@ -158,3 +158,12 @@ def test_manage_py_check_without_deploy_leaves_the_deploy_warnings_out() -> None
     err = io.StringIO()
     call_command("check", stdout=io.StringIO(), stderr=err)
     assert "idempotency_django.W08" not in err.getvalue()
+
+
+def test_every_setting_the_package_names_is_known_to_w080() -> None:
+    """A setting read somewhere but missing from checks._SINGLE would be called a typo."""
+    from tests.test_docs import package_literals
+
+    named = package_literals(r"IDEMPOTENCY_[A-Z_]+")
+    assert "IDEMPOTENCY_TTL" in named
+    assert check_unknown(named) == []
