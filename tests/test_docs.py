@@ -102,7 +102,7 @@ def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> N
     ]
     assert len(messages) == 7
     for message in messages:
-        uri = urlsplit(message.hint.rsplit(" ", 1)[-1])
+        uri = urlsplit((message.hint or "").rsplit(" ", 1)[-1])
         page = built_docs / uri.path.removeprefix(urlsplit(SITE).path)
         assert uri.fragment in html_ids(page), f"{message.id}: no #{uri.fragment} in {page.name}"
 
