@@ -6,7 +6,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/idempotency
 PORT ?= 8000
 export PG_URL
 
-.PHONY: install run test test-sqlite test-postgres lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
+.PHONY: install services run test test-sqlite test-postgres lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group dev && touch $@
@@ -26,7 +26,11 @@ run: $(VENV)/.sample
 # Services, variables and databases: docs/contributing.rst.
 SERVICES ?= required
 
-test: install
+# Installs (as root) and starts what the tests need; else fails naming `sudo make services`.
+services:
+	SERVICES=$(SERVICES) bash tests/services/up.sh
+
+test: install services
 	$(PY) -m coverage erase && $(MAKE) test-sqlite test-postgres SERVICES=$(SERVICES) && $(PY) -m coverage combine -q && $(PY) -m coverage report
 
 # The quick local run: SQLite only, no service needed (tests needing one skip, saying

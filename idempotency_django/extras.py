@@ -8,6 +8,8 @@ from typing import NoReturn
 EXTRAS = {
     "drf": ("rest_framework", "Django REST framework"),
     "celery": ("celery", "Celery"),
+    "ninja": ("ninja", "Django Ninja"),
+    "tasks": ("django_tasks", "the django-tasks backport of django.tasks (Django 5.2)"),
 }
 
 

@@ -12,8 +12,10 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import transaction
@@ -205,6 +207,9 @@ class IdempotentMixin(_Base):
         return super().handle_exception(exc)
 
     def _protected(self, handler: Handler, options: Options) -> Handler:
+        if iscoroutinefunction(handler):
+            return _awaitable(self._protected(async_to_sync(handler), options))
+
         @functools.wraps(handler)
         def protected(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
             try:
@@ -270,6 +275,21 @@ class IdempotentMixin(_Base):
         for name, value in error.headers().items():
             response.setdefault(name, value)
         return response
+
+
+def _awaitable(protected: Handler) -> Handler:
+    """An adrf ``async def`` handler's protection, awaited by adrf's ``async_dispatch()``.
+
+    The protocol holds a transaction, so it runs in a worker thread; the handler
+    runs back on the event loop (``async_to_sync``), and its ``sync_to_async``
+    database calls on that worker's thread and connection, inside the claim.
+    """
+
+    @functools.wraps(protected)
+    async def awaitable(request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return await sync_to_async(protected)(request, *args, **kwargs)
+
+    return awaitable  # type: ignore[return-value]
 
 
 class IdempotencyAPIError(exceptions.APIException):

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's and ReDoc's assets, served offline
+    "ninja",  # its /ninja/docs page then loads Swagger UI from static files, not a CDN
     "idempotency_django",
     "idempotency_django.outbox",
     "idempotency_django.contrib.prometheus",
@@ -120,6 +121,13 @@ if django.VERSION >= (6, 1):  # MAILERS replaces EMAIL_BACKEND from Django 6.1
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
 else:
     EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+# Or the receipt as a django.tasks task (SAMPLE_TASKS=django): Django's ImmediateBackend
+# runs it in the web process after the commit; with SAMPLE_TASKS_DATABASE=1 the
+# django-tasks-db backend stores it for `manage.py db_worker`.
+SAMPLE_TASKS = os.environ.get("SAMPLE_TASKS", "celery")
+if os.environ.get("SAMPLE_TASKS_DATABASE"):
+    INSTALLED_APPS += [*([] if django.VERSION >= (6, 0) else ["django_tasks"]), "django_tasks_db"]
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 WEBHOOK_SECRET = os.environ.get("WEBHOOK_SECRET", "sample-webhook-secret")
 
 # Load the Celery app with the settings (Celery's Django guide does it in the

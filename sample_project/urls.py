@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from idempotency_django.contrib.prometheus.views import metrics
-from sample_project.payments import checkout, views, webhooks
+from sample_project.payments import checkout, ninja_api, views, webhooks
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("charges/", views.create_charge, name="create-charge"),
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),
+    path("ninja/", ninja_api.api.urls),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     path("webhooks/provider/", webhooks.provider_webhook, name="provider-webhook"),

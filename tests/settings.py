@@ -16,6 +16,16 @@ ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.testapp.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's Tasks framework: built in from Django 6.0, the django-tasks backport on 5.2;
+# the database backend (django-tasks-db, its own migrations) for the db_worker tests.
+TASKS_MODULE = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS_APPS = [] if django.VERSION >= (6, 0) else ["django_tasks"]
+TASKS_APPS.append("django_tasks_db")
+TASKS = {
+    "default": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"},
+    "database": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+}
+
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -24,11 +34,13 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     "rest_framework",
     "rest_framework.authtoken",
+    "ninja",
     "idempotency_django",
     "idempotency_django.outbox",
     "tests.testapp",
     # The sample's app, so that mypy (which reads these settings) knows its models.
     "sample_project.payments",
+    *TASKS_APPS,
 ]
 
 MIDDLEWARE = [

@@ -120,6 +120,7 @@ def test_unknown_options_are_all_named() -> None:
         ("idempotency_django.rest_framework", "rest_framework", "drf"),
         ("idempotency_django.tasks", "celery", "celery"),
         ("idempotency_django.celery", "celery", "celery"),
+        ("idempotency_django.ninja", "ninja", "ninja"),
     ],
 )
 def test_importing_an_integration_without_its_extra_says_what_to_install(

@@ -77,3 +77,16 @@ def test_the_webhook_refuses_a_bad_signature_before_any_claim(sample: None, clie
     assert webhook(client, event, signature="sha256=forged").status_code == 401
     assert webhook(client, event).status_code == 200  # the forgery never took the key
     assert webhook(client, {"type": "no id"}).status_code == 400
+
+
+def test_the_receipt_runs_once_as_a_django_task_too(
+    sample: None, client: Client, settings: Any
+) -> None:
+    settings.SAMPLE_TASKS = "django"
+    key = new_key()
+    assert charge(client, key).status_code == 201
+    assert charge(client, key)["Idempotent-Replayed"] == "true"
+    assert len(mail.outbox) == 1
+    row = OutboxMessage.objects.get()
+    assert row.task == "sample_project.payments.receipts.receipt"
+    assert row.sent_at is not None

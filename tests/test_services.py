@@ -76,3 +76,49 @@ def test_an_unknown_services_value_is_a_usage_error() -> None:
     assert 'IDEMPOTENCY_TEST_SERVICES must be "required" or "optional"' in (
         result.stdout + result.stderr
     )
+
+
+def _provision(tmp_path: Path, services: str) -> subprocess.CompletedProcess[str]:
+    """tests/services/up.sh as a non-root user on a machine without Chromium.
+
+    A bin directory holding only the few commands the script uses (no chromium, no
+    chromedriver) and an ``id`` that says uid 1000 stand in for such a machine.
+    """
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "seq", "sleep", "grep", "head", "ls", "cat"):
+        found = subprocess.run(["which", name], capture_output=True, text=True, check=False)
+        if found.returncode == 0:
+            (bin_dir / name).symlink_to(found.stdout.strip())
+    (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
+    (bin_dir / "id").chmod(0o755)
+    return subprocess.run(
+        ["bash", str(ROOT / "tests" / "services" / "up.sh")],
+        env={"PATH": str(bin_dir), "SERVICES": services},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_item14_make_test_fails_naming_the_command_that_provisions_a_missing_browser(
+    tmp_path: Path,
+) -> None:
+    result = _provision(tmp_path, "required")
+    assert result.returncode == 1
+    assert "chromium chromium-driver" in result.stderr
+    assert "sudo make services" in result.stderr
+
+
+def test_item14_a_missing_browser_only_warns_when_services_are_optional(tmp_path: Path) -> None:
+    result = _provision(tmp_path, "optional")
+    assert result.returncode == 0
+    assert "chromium" in result.stderr
+
+
+def test_item14_make_test_runs_the_provisioning_first() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\ntest: install services\n" in makefile
+    assert "tests/services/up.sh" in makefile
+    assert "make test\n" in (ROOT / ".ci" / "run").read_text()

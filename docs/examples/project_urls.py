@@ -13,3 +13,7 @@ urlpatterns = [
 
 if apps.is_installed("rest_framework"):  # the DRF viewset: the [drf] extra and its snippet
     urlpatterns.append(path("api/", include("payments.api_urls")))
+if apps.is_installed("ninja"):  # the Ninja API: the [ninja] extra and its snippet
+    from payments.ninja_api import api
+
+    urlpatterns.append(path("ninja/", api.urls))

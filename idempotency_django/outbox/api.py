@@ -18,7 +18,8 @@ class OutboxError(RuntimeError):
 
 
 class _Named(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
 
 def enqueue(
@@ -38,14 +39,17 @@ def enqueue(
     by ``core.current_context()``, or pass ``request=``), and to
     ``derive(f"{name}#{n}")`` for the request's n-th enqueue of that task (n ≥ 2);
     elsewhere pass ``key=``. ``options`` are extra ``apply_async`` options (queue, priority, ...);
+    for a ``django.tasks`` task (decorated with ``idempotent_task``): ``backend``, ``queue_name``,
+    ``priority``, and its key travels as an argument (:mod:`idempotency_django.outbox.backends`);
     arguments and options must be JSON-serialisable. Raises :class:`OutboxError`
     outside ``transaction.atomic()`` on the outbox's database (``using``, default ``IDEMPOTENCY_DATABASE``): without the
     caller's transaction the row could commit without the business rows.
     """
+    from idempotency_django.outbox.backends import describe
     from idempotency_django.outbox.delivery import publish_after_commit
     from idempotency_django.outbox.models import OutboxMessage
 
-    name = task_or_name if isinstance(task_or_name, str) else task_or_name.name
+    name, options = describe(task_or_name, options)
     alias = using or conf.DATABASE
     if not transaction.get_connection(alias).in_atomic_block:
         raise OutboxError(
@@ -57,7 +61,7 @@ def enqueue(
         task=name,
         args=list(args),
         kwargs=kwargs,
-        options=options or {},
+        options=options,
         next_attempt_at=_now_plus(FAST_PATH_GRACE),
     )
     transaction.on_commit(lambda: publish_after_commit(row.pk, alias), using=alias)

@@ -21,6 +21,7 @@ from django.db.models.functions import Now
 
 from idempotency_django import signals
 from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.outbox import backends
 from idempotency_django.outbox.models import OutboxMessage
 from idempotency_django.purge import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH
 
@@ -57,7 +58,7 @@ def publish_after_commit(pk: int, using: str) -> None:
         with transaction.atomic(using=using):
             rows = _locked(using).filter(pk=pk)
             for row in rows:
-                _deliver(row, using, publish, how="fast")
+                _deliver(row, using, backends.publish, how="fast")
     except Exception:
         # The row stays pending: the relay publishes it. The request's answer stands.
         logger.warning("outbox: could not publish row %s after commit", pk, exc_info=True)
@@ -80,7 +81,9 @@ def relay(
     # tries it once, or a broker that is down would hold the run forever.
     tried: list[int] = []
     while True:
-        sent, failed = _relay_batch(alias, batch_size, publisher or publish, ignore_schedule, tried)
+        sent, failed = _relay_batch(
+            alias, batch_size, publisher or backends.publish, ignore_schedule, tried
+        )
         counts["sent"] += sent
         counts["failed"] += failed
         if sent + failed < batch_size:

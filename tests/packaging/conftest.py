@@ -92,16 +92,18 @@ class Venv:
 class Project:
     """``django-admin startproject mysite`` plus ``startapp payments``, given the quick start."""
 
-    def __init__(self, venv: Venv, path: Path, *, drf: bool) -> None:
+    def __init__(self, venv: Venv, path: Path, *, drf: bool, ninja: bool = False) -> None:
         self.venv, self.path = venv, path
         path.mkdir()
         run([venv.bin("django-admin"), "startproject", "mysite", str(path)])
         self.manage("startapp", "payments")
         names = ("models", "views", "urls", *(("api", "api_urls") if drf else ()))
+        names += ("ninja_api",) if ninja else ()
         for name in names:
             (path / "payments" / f"{name}.py").write_text(example(f"{name}.py"))
         settings = path / "mysite" / "settings.py"
         snippets = ("settings_snippet.py", *(("settings_drf_snippet.py",) if drf else ()))
+        snippets += ("settings_ninja_snippet.py",) if ninja else ()
         settings.write_text(settings.read_text() + "".join("\n" + example(s) for s in snippets))
         (path / "mysite" / "urls.py").write_text(example("project_urls.py"))  # as it is
         self.manage("makemigrations", "payments")

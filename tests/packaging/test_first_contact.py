@@ -55,6 +55,14 @@ def drf_site(with_drf: Venv, workdir: Path) -> Iterator[Runserver]:
     yield from serve(project, workdir / "site-drf.log")
 
 
+@pytest.fixture(scope="module")
+def ninja_site(workdir: Path, dist: Dist) -> Iterator[Runserver]:
+    venv = Venv(workdir / "venv-ninja")
+    venv.pip_install(f"{dist.wheel}[ninja]")
+    project = Project(venv, workdir / "site-ninja", drf=False, ninja=True)
+    yield from serve(project, workdir / "site-ninja.log")
+
+
 def post(server: Runserver, path: str, data: object, key: str | None, **headers: str) -> Answer:
     if key is not None:
         headers["Idempotency-Key"] = key
@@ -150,6 +158,23 @@ def test_drf_refusals_are_never_stored(drf_site: Runserver) -> None:
     assert post(drf_site, "/api/charges/", {"amount": 5}, key, Authorization=ALICE).status == 201
 
 
+def test_ninja_operation_as_the_docs_show(ninja_site: Runserver) -> None:
+    first = assert_protected(
+        ninja_site, "/ninja/charges", {"amount": 500}, **{"X-API-Key": "key-alice"}
+    )
+    assert json.loads(first.body)["amount"] == 500
+    # Another API key, the same Idempotency-Key: a key space of its own, never alice's answer.
+    key = "first-contact-/ninja/charges"
+    bob = post(ninja_site, "/ninja/charges", {"amount": 500}, key, **{"X-API-Key": "key-bob"})
+    assert (bob.status, bob.header("Idempotent-Replayed")) == (201, None)
+    assert json.loads(bob.body)["id"] != json.loads(first.body)["id"]
+    refused = post(ninja_site, "/ninja/charges", {"amount": 5}, "first-contact-ninja-401")
+    assert refused.status == 401
+    docs = ninja_site.request("GET", "/ninja/docs")
+    assert docs.status == 200
+    assert b"cdn" not in docs.body.lower()
+
+
 def test_every_other_extra_installs_and_imports(workdir: Path, dist: Dist) -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
@@ -163,6 +188,7 @@ def test_every_other_extra_installs_and_imports(workdir: Path, dist: Dist) -> No
         "DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}})\n"
         "django.setup()\n"
         "import idempotency_django.rest_framework, idempotency_django.tasks, django_redis, psycopg\n"
+        "import idempotency_django.ninja, adrf, idempotency_django.django_tasks\n"
         "from django.core.management import call_command; call_command('check')\n"
         "print('spectacular' if 'idempotency_django.spectacular' in sys.modules else 'none')\n"
     )

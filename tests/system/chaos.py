@@ -148,9 +148,11 @@ def expect(ok: bool, problem: str) -> list[str]:
     return [] if ok else [problem]
 
 
-def kill_mid_work(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
+def kill_mid_work(
+    server: SampleServer, database: ScratchDatabase, key: str, path: str = SLOW_CHARGES
+) -> Outcome:
     """SIGKILL the worker between the charge's INSERT and COMMIT; the lease, then one retry runs."""
-    flight = start_slow(server.port, database, key)
+    flight = start_slow(server.port, database, key, path)
     assert flight.backend is not None
     killed = server.kill_worker(flight.backend.worker)
     answer = flight.answer()

@@ -15,6 +15,7 @@ from tests.system import chaos
 from tests.system.chaos import Outcome, Verdict, expect
 from tests.system.harness import (
     SHORT_LEASE_CHARGES,
+    SLOW_CHARGES,
     Answer,
     SampleServer,
     ScratchDatabase,
@@ -44,9 +45,11 @@ def gone(database: ScratchDatabase, pid: int, within: float = 10) -> bool:
     return True
 
 
-def kill_mid_work(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
+def kill_mid_work(
+    server: SampleServer, database: ScratchDatabase, key: str, path: str = SLOW_CHARGES
+) -> Outcome:
     """SIGKILL between the charge's INSERT and COMMIT: nothing left; the retry runs at once."""
-    flight = chaos.start_slow(server.port, database, key)
+    flight = chaos.start_slow(server.port, database, key, path)
     assert flight.backend is not None
     problems = in_flight_entry(database, key, "lock")
     killed = server.kill_worker(flight.backend.worker)

@@ -14,14 +14,19 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from ninja import NinjaAPI, Status
 
 from idempotency_django import idempotent
+from idempotency_django.ninja import idempotent as ninja_idempotent
 from sample_project.payments import views
+from sample_project.payments.models import Charge
+from sample_project.payments.ninja_api import ChargeIn, ChargeOut
 from sample_project.urls import urlpatterns as sample_urlpatterns
 
 create_charge: Callable[[HttpRequest], HttpResponse] = inspect.unwrap(views.create_charge)
@@ -52,6 +57,31 @@ def announce(key: str) -> None:
         )
 
 
+# The same pause on Django Ninja operations (anonymous: the scenarios send no credentials).
+chaos_ninja = NinjaAPI(urls_namespace="chaos-ninja")
+
+
+def _write_then_pause(request: HttpRequest, payload: ChargeIn) -> Charge:
+    charge = Charge.objects.create(**payload.dict())
+    delay = float(request.headers.get("X-Chaos-Delay") or 0)
+    if delay > 0:
+        announce(request.idempotency.key)  # type: ignore[attr-defined]
+        keep_working(delay)
+    return charge
+
+
+@chaos_ninja.post("/charges", response={201: ChargeOut})
+@ninja_idempotent
+def ninja_charge(request: HttpRequest, payload: ChargeIn) -> Status[Charge]:
+    return Status(201, _write_then_pause(request, payload))
+
+
+@chaos_ninja.post("/async/charges", response={201: ChargeOut})
+@ninja_idempotent
+async def ninja_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[Charge]:
+    return Status(201, await sync_to_async(_write_then_pause)(request, payload))
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *cast(list[URLPattern | URLResolver], sample_urlpatterns),
     path("chaos/charges/", csrf_exempt(require_POST(idempotent(pause_after_write)))),
@@ -60,4 +90,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "chaos/short-lease/charges/",
         csrf_exempt(require_POST(idempotent(lease=2)(pause_after_write))),
     ),
+    path("chaos/ninja/", chaos_ninja.urls),
 ]

@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from tests.testapp import lock_views, views
+from tests.testapp import lock_views, ninja_api, views
 
 urlpatterns = [
     path("charges/", views.charge),
@@ -14,4 +14,6 @@ urlpatterns = [
     path("derive/", views.derive),
     path("api/", include("tests.testapp.api_urls")),
     path("protocols/charges/", lock_views.by_headers),
+    path("ninja/", ninja_api.api.urls),
+    path("adrf/", include("tests.testapp.adrf_api")),
 ]

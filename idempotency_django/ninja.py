@@ -1,0 +1,342 @@
+"""``@idempotent`` for Django Ninja operations: a thin adapter to :mod:`.core`.
+
+Ninja runs an operation as: authentication, parameter validation (its 422),
+the function, then rendering of whatever the function returned. The key is
+claimed inside the function's call, so Ninja's own 401/422 never claim a key,
+and the answer stored is the one Ninja rendered (the function's result through
+the operation's response schema and renderer), so a replay is byte-identical.
+
+Importing this module imports Ninja; importing ``idempotency_django`` does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import hmac
+import inspect
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from inspect import iscoroutinefunction
+from typing import Any, TypeVar, overload
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Model
+from django.http import HttpRequest, HttpResponse
+from django.utils.encoding import force_bytes
+
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import ninja  # noqa: F401
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "ninja")
+from ninja.decorators import decorate_view
+from ninja.operation import Operation
+
+from idempotency_django import core
+from idempotency_django.conf import TenantResolver, conf
+from idempotency_django.exceptions import IdempotencyError
+from idempotency_django.fingerprint import Fingerprinter
+from idempotency_django.keys import _derivation_secret
+from idempotency_django.options import KeyExtractor, Options, check_option_names
+from idempotency_django.responses import PROBLEM_CONTENT_TYPE, problem_response
+
+Func = TypeVar("Func", bound=Callable[..., Any])
+
+_OPERATION = "_idempotency_ninja_operation"  # the running Operation, on the request
+_PROTECTED = "_idempotency_ninja_options"  # on a protected function: its Options
+_STREAMED = "{}: a streamed answer can't be stored, so a streaming operation can't be idempotent."
+_HINT = (
+    "put @idempotent directly under the Ninja operation decorator (@api.post(...) / "
+    '@router.post(...)), or protect a whole router with router.add_decorator(idempotent(...), mode="view").'
+)
+
+
+@overload
+def idempotent(view: Func, /) -> Func: ...
+
+
+@overload
+def idempotent(
+    *,
+    header: str | None = None,
+    required: bool | None = None,
+    ttl: float | timedelta | None = None,
+    lease: float | timedelta | None = None,
+    tenant: TenantResolver | None = None,
+    database: str | None = None,
+    cache: str | None = None,
+    methods: Iterable[str] | None = None,
+    key: KeyExtractor | None = None,
+    fingerprint: Fingerprinter | None = None,
+    protocol: str | None = None,
+    wait: float | timedelta | None = None,
+) -> Callable[[Func], Func]: ...
+
+
+def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
+    """Make a Ninja operation safe to retry: ``@idempotent`` or ``@idempotent(ttl=3600, ...)``.
+
+    Directly under ``@api.post(...)``; or, for every operation of a router,
+    ``router.add_decorator(idempotent(...), mode="view")``.
+    """
+    check_option_names(kwargs)
+    options = Options.build(**kwargs)
+    if view is None:
+        return functools.partial(_decorate, options=options)
+    if not callable(view):
+        raise TypeError("@idempotent takes keyword arguments only, e.g. @idempotent(ttl=3600).")
+    return _decorate(view, options=options)
+
+
+def _decorate(view: Func, *, options: Options) -> Func:
+    operation = _operation_of(view)
+    if operation is not None:
+        # router.add_decorator(idempotent(...), mode="view") hands us a bound operation's run.
+        _protect_operation(operation, options)
+        return _remembering(view, operation)  # type: ignore[return-value]
+    if hasattr(view, "_ninja_operation"):
+        raise TypeError(
+            f"@idempotent is above the Ninja operation decorator, or in the wrong mode: {_HINT}"
+        )
+    protected = _protected(view, options)
+    # First among the function's callbacks, so that our run wrapper sees the
+    # operation's own bound run() (a @decorate_view below us wraps it after).
+    theirs = list(getattr(view, "_ninja_contribute_to_operation", []))
+    protected._ninja_contribute_to_operation = [  # type: ignore[attr-defined]
+        functools.partial(_document, options=options),
+        *theirs,
+    ]
+    decorate_view(_remember)(protected)
+    callbacks = protected._ninja_contribute_to_operation  # type: ignore[attr-defined]
+    callbacks.insert(0, callbacks.pop())
+    return protected
+
+
+def _protected(view: Func, options: Options) -> Func:
+    wrapper = _async_view(view, options) if iscoroutinefunction(view) else _sync_view(view, options)
+    protected = functools.wraps(view)(wrapper)
+    setattr(protected, _PROTECTED, options)
+    # Ninja resolves string annotations (``from __future__ import annotations``)
+    # in the function's ``__globals__``: ours would be this module's, not the view's.
+    with contextlib.suppress(NameError):
+        protected.__signature__ = inspect.signature(view, eval_str=True)  # type: ignore[attr-defined]
+    return protected  # type: ignore[return-value]
+
+
+def _protect_operation(operation: Operation, options: Options) -> None:
+    """The router-wide form: protect one (bound) operation, unless protected already."""
+    if hasattr(operation.view_func, _PROTECTED):
+        return  # its own @idempotent(...) is the more specific
+    if operation.stream_format:
+        raise ImproperlyConfigured(_STREAMED.format(operation.view_func.__qualname__))
+    operation.view_func = _protected(operation.view_func, options)
+    _document(operation, options=options)
+
+
+def _operation_of(run: Callable[..., Any]) -> Operation | None:
+    """The Operation whose ``run`` this is (through wrappers made with ``functools.wraps``)."""
+    seen: Any = run
+    while seen is not None:
+        owner = getattr(seen, "__self__", None)
+        if isinstance(owner, Operation):
+            return owner
+        seen = getattr(seen, "__wrapped__", None)
+    return None
+
+
+def _remember(run: Callable[..., Any]) -> Callable[..., Any]:
+    operation = _operation_of(run)
+    if operation is None:
+        raise ImproperlyConfigured(f"@idempotent could not find the Ninja operation: {_HINT}")
+    if operation.stream_format:
+        raise ImproperlyConfigured(_STREAMED.format(operation.view_func.__qualname__))
+    return _remembering(run, operation)
+
+
+def _remembering(run: Callable[..., Any], operation: Operation) -> Callable[..., Any]:
+    """``run`` that leaves the operation on the request: the function renders through it.
+
+    Not a coroutine function even for an async operation: Ninja awaits what an
+    async operation's ``run()`` returns, and that is ``run``'s coroutine.
+    """
+
+    @functools.wraps(run)
+    def remembering(request: HttpRequest, **kwargs: Any) -> Any:
+        setattr(request, _OPERATION, operation)
+        return run(request, **kwargs)
+
+    return remembering
+
+
+def _sync_view(view: Callable[..., Any], options: Options) -> Callable[..., Any]:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        render = _renderer(request, kwargs)
+        return handle(request, options, lambda: render(view(request, *args, **kwargs)))
+
+    return wrapper
+
+
+def _async_view(view: Callable[..., Any], options: Options) -> Callable[..., Any]:
+    # The protocol is synchronous (it holds a transaction) and runs in a worker
+    # thread; the operation runs back on the event loop through async_to_sync,
+    # its sync_to_async() database calls on that same thread and connection.
+    async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        render = _renderer(request, kwargs)
+        call = async_to_sync(view)
+        return await sync_to_async(handle)(
+            request, options, lambda: render(call(request, *args, **kwargs))
+        )
+
+    return wrapper
+
+
+def _renderer(request: HttpRequest, values: dict[str, Any]) -> Callable[[Any], HttpResponse]:
+    """What Ninja does with the function's result after it returns, done before we store it."""
+    operation: Operation | None = getattr(request, _OPERATION, None)
+    if operation is None:
+        raise ImproperlyConfigured(f"@idempotent ran outside a Ninja operation: {_HINT}")
+    name = operation.signature.response_arg
+    # The response the function may set headers and cookies on (``response: HttpResponse``).
+    temporal = values[name] if name else operation.api.create_temporal_response(request)
+
+    def render(result: Any) -> HttpResponse:
+        return operation._result_to_response(request, result, temporal)  # type: ignore[return-value]
+
+    return render
+
+
+def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
+    """Protect one call of an operation, answering client errors as problem+json."""
+    tenant_of = functools.partial(tenant, request, options.tenant)
+    if not core.applies(request, options):
+        core.passing_through(request, tenant_of)
+        return call_view()
+    try:
+        return core.protect(request, options.resolve(), tenant_of, call_view)
+    except IdempotencyError as error:
+        return problem_response(error)
+
+
+def tenant(request: HttpRequest, resolver: TenantResolver | None = None) -> str:
+    """Whose key space a Ninja request's key lives in.
+
+    ``resolver(request)`` when given; else the principal Ninja authenticated
+    (``request.auth``); else, with no authentication on the operation,
+    ``IDEMPOTENCY_TENANT_RESOLVER`` (the anonymous scope, or the session's user).
+    """
+    if resolver is not None:
+        return resolver(request)
+    principal = getattr(request, "auth", None)
+    if principal is None:
+        return conf.TENANT_RESOLVER(request)
+    return principal_tenant(principal)
+
+
+def principal_tenant(principal: object) -> str:
+    """The tenant of what a Ninja auth class returned.
+
+    A user is its primary key (the key space of ``IDEMPOTENCY_TENANT_RESOLVER``'s
+    default, so a session caller and a ``django_auth`` caller are one tenant); another
+    model instance (a token row) is its model and primary key; a string, bytes or
+    number (an API key, a bearer token) is a digest of it keyed by the oldest configured
+    secret (as derived keys are), never the credential itself.
+    """
+    if isinstance(principal, AbstractBaseUser):
+        return str(principal.pk)
+    if isinstance(principal, Model):
+        return f"{principal._meta.label_lower}:{principal.pk}"
+    if isinstance(principal, str | bytes | int) and not isinstance(principal, bool):
+        return f"credential:{_credential_digest(force_bytes(principal))}"
+    raise ImproperlyConfigured(
+        f"The Ninja auth returned {type(principal).__name__}, which does not say who the "
+        "caller is: return a user, a model instance or the credential from the auth class, "
+        "or pass @idempotent(tenant=...) a callable of the request."
+    )
+
+
+def _credential_digest(credential: bytes) -> str:
+    # Under the oldest configured secret, as derived keys are (keys.derive_key): a
+    # SECRET_KEY rotation must not move a caller to a new key space mid-retry.
+    secret = hashlib.sha256(b"idempotency_django.ninja.principal" + _derivation_secret()).digest()
+    return hmac.new(secret, credential, hashlib.sha256).hexdigest()
+
+
+def _document(operation: Operation, *, options: Options) -> None:
+    """Add the key header and the 400/409/422/503 answers to the operation's OpenAPI."""
+    methods = {method.upper() for method in operation.methods}
+    if not methods & options.methods or not operation.include_in_schema:
+        return
+    extra = dict(operation.openapi_extra or {})
+    if options.key is None:
+        # Read when the API module is imported (Ninja's schema is built from static data).
+        header = options.header or conf.HEADER
+        required = conf.REQUIRED if options.required is None else options.required
+        parameters = [*extra.get("parameters", []), _header_parameter(header, required)]
+        extra["parameters"] = parameters
+    extra["responses"] = {**copy.deepcopy(_ERRORS), **extra.get("responses", {})}
+    operation.openapi_extra = extra
+
+
+def _header_parameter(name: str, required: bool) -> dict[str, Any]:
+    return {
+        "in": "header",
+        "name": name,
+        "required": required,
+        "schema": {"type": "string", "minLength": 1, "maxLength": conf.KEY_MAX_LENGTH},
+        "description": (
+            "Makes the request safe to retry: a retry with the same key and the same "
+            "request gets the first answer again, and the operation runs once. "
+            "Use a new unique value (e.g. a UUID) for each distinct request."
+        ),
+    }
+
+
+_PROBLEM = {
+    PROBLEM_CONTENT_TYPE: {
+        "schema": {
+            "type": "object",
+            "description": "RFC 9457 problem details.",
+            "properties": {
+                "type": {"type": "string", "format": "uri"},
+                "title": {"type": "string"},
+                "status": {"type": "integer"},
+                "detail": {"type": "string"},
+            },
+            "required": ["type", "title", "status", "detail"],
+        }
+    }
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "integer"},
+        "description": "Seconds to wait before retrying.",
+    }
+}
+_ERRORS: dict[int, dict[str, Any]] = {
+    400: {
+        "description": "The idempotency key is missing (when required) or malformed.",
+        "content": _PROBLEM,
+    },
+    409: {
+        "description": "A request with this idempotency key is still in progress; retry after Retry-After seconds.",
+        "content": _PROBLEM,
+        "headers": _RETRY_AFTER,
+    },
+    422: {
+        "description": "This idempotency key was already used with a different request.",
+        "content": _PROBLEM,
+    },
+    503: {
+        "description": "The idempotency store is unavailable; nothing ran. Retry after Retry-After seconds.",
+        "content": _PROBLEM,
+        "headers": _RETRY_AFTER,
+    },
+}
+
+__all__ = ["idempotent", "principal_tenant", "tenant"]
