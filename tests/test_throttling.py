@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from adrf.views import APIView as AsyncAPIView
 from django.core.cache import cache
 from django.db import connections
 from django.test import Client
@@ -66,9 +67,22 @@ class SlowCharges(ThrottledCharges):
         return super().post(request)
 
 
+class AsyncThrottledCharges(IdempotentMixin, AsyncAPIView):  # type: ignore[misc]
+    """adrf: an ``async def`` handler, throttled the same way."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    throttle_classes: Sequence[type[BaseThrottle]] = (OnePerMinute,)
+
+    async def post(self, request: Request) -> Response:
+        charge = await Charge.objects.acreate(reference=new_key(), amount=amount_of(request))
+        return Response({"id": charge.pk}, status=201)
+
+
 urlpatterns = [
     path("throttled/", ThrottledCharges.as_view()),
     path("slow/", SlowCharges.as_view()),
+    path("async-throttled/", AsyncThrottledCharges.as_view()),
 ]
 
 
@@ -85,17 +99,18 @@ def post(client: Client, key: str, amount: int = 5, url: str = "/throttled/") ->
     )
 
 
-def test_a_retry_of_a_stored_answer_is_replayed_not_throttled(client: Client) -> None:
+@pytest.mark.parametrize("url", ["/throttled/", "/async-throttled/"])
+def test_a_retry_of_a_stored_answer_is_replayed_not_throttled(client: Client, url: str) -> None:
     key = new_key()
-    first = post(client, key)
+    first = post(client, key, url=url)
     assert first.status_code == 201
     for _ in range(2):
-        retry = post(client, key)
+        retry = post(client, key, url=url)
         assert retry.status_code == 201, retry.content
         assert retry["Idempotent-Replayed"] == "true"
         assert retry.content == first.content
     assert Charge.objects.count() == 1
-    assert post(client, new_key()).status_code == 429  # new work still spends the budget
+    assert post(client, new_key(), url=url).status_code == 429  # new work spends the budget
 
 
 def test_an_in_flight_409_spends_no_budget(client: Client) -> None:
