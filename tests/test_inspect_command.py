@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -142,3 +143,20 @@ def test_a_lock_protocol_request_in_flight_is_reported() -> None:
         with pytest.raises(CommandError, match="A request holding its lock is in flight"):
             inspect("in-flight", "--tenant", "acme")
         holder.rollback()
+
+
+def test_an_unknown_status_code_and_no_body() -> None:
+    IdempotencyEntryFactory.create(key="odd", response_status=599, response_reason="")
+    assert "response status: 599\n" in inspect("odd")
+    IdempotencyEntryFactory.create(key="none", in_progress=True)
+    assert inspect("none", "--show-body").endswith("(no stored body)\n")
+
+
+def test_the_protocol_is_unknown_when_the_configuration_is_wrong(settings: Any) -> None:
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip('"lock" is valid on PostgreSQL')
+    settings.IDEMPOTENCY_PROTOCOL = "lock"  # check E013 reports it
+    IdempotencyEntryFactory.create(key="done")
+    assert "protocol:        unknown" in inspect("done")
