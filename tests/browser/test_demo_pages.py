@@ -46,6 +46,12 @@ def viewport_width(browser: webdriver.Chrome) -> int:
     return int(browser.execute_script("return document.documentElement.clientWidth"))
 
 
+def overflow(browser: webdriver.Chrome) -> int:
+    """How many pixels the page is wider than the window (0: no sideways scrolling)."""
+    script = "const d = document.documentElement; return d.scrollWidth - d.clientWidth;"
+    return int(browser.execute_script(script))
+
+
 @pytest.mark.parametrize(
     ("page", "name"),
     [
@@ -65,6 +71,7 @@ def test_every_page_loads_without_a_console_error(
         lambda b: b.execute_script("return document.readyState") == "complete"
     )
     assert viewport_width(browser) >= 1264  # 1280 less a scroll bar at most
+    assert overflow(browser) == 0
     assert console_errors(browser) == []
     screenshot(f"{name}-1280")
 
@@ -87,6 +94,7 @@ def test_a_refused_retry_says_why(
     assert "New intent" in why
     screenshot("checkout-422-1280")
     assert lines(browser, row.find_element(By.CSS_SELECTOR, "td.key")) == 1
+    assert overflow(browser) == 0
     assert console_errors(browser) == []
     assert browser.find_element(By.ID, "charges").text == "1"
     screenshot("checkout-422-1280")

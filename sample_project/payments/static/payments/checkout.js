@@ -31,7 +31,7 @@ function logAttempt(call, { attempt, key, response, error, delay }) {
   row.className = !response ? "error" : replayed ? "replay" : response.ok ? "fresh" : response.status === 409 || response.status >= 500 ? "busy" : "error";
   Object.assign(row.dataset, { call, key, attempt, status: response?.status ?? "", replayed, error: error?.name ?? "" });
   cell(row, String(++rows));
-  cell(row, `Pay #${call}`);
+  cell(row, `Pay #${call}`, "click");
   cell(row, `…${key.slice(-8)}`, "key");
   cell(row, String(attempt));
   cell(row, status, "status");
@@ -48,7 +48,7 @@ async function reason(response) {
   let body = {};
   try { body = await response.clone().json(); } catch { return ""; }
   const why = body.detail ?? body.error ?? "";
-  return response.status === 422 ? `${why} (a switch changed the request: press New intent)` : why;
+  return response.status === 422 ? `${why} A switch changed the request: press New intent.` : why;
 }
 
 async function refreshCount() {
