@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import service_missing
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the accessor replaces: DRF's Request declares no ``idempotency``.
@@ -26,8 +26,10 @@ class ChargeView(IdempotentMixin, APIView):
 
 
 def test_strict_mypy_accepts_the_accessor_and_rejects_the_attribute(tmp_path: Path) -> None:
-    if importlib.util.find_spec("mypy") is None:
-        service_missing("mypy is not installed (the dev dependency group)")
+    needed = ("mypy", "mypy_django_plugin", "mypy_drf_plugin")
+    if any(importlib.util.find_spec(name) is None for name in needed):
+        # Dev tools, not a service: the tox matrix installs the test group only.
+        pytest.skip("mypy and the Django/DRF stubs are not installed (the dev group)")
     # Outside tests.*: pyproject's relaxed overrides for tests don't apply to them.
     shutil.copy(ROOT / "tests" / "typed" / "views.py", tmp_path / "typed_views.py")
     (tmp_path / "untyped_views.py").write_text(UNTYPED)
