@@ -9,12 +9,14 @@ __all__ = [
     "IdempotencyContext",
     "IdempotentRequest",
     "__version__",
+    "idempotency_of",
     "idempotent",
     "idempotent_call",
     "idempotent_function",
 ]
 
 if TYPE_CHECKING:
+    from idempotency_django.access import idempotency_of
     from idempotency_django.calls import idempotent_call, idempotent_function
     from idempotency_django.core import IdempotencyContext, IdempotentRequest
     from idempotency_django.decorators import idempotent
@@ -27,6 +29,7 @@ _LAZY = {
     "idempotent_function": "idempotency_django.calls",
     "IdempotencyContext": "idempotency_django.core",
     "IdempotentRequest": "idempotency_django.core",
+    "idempotency_of": "idempotency_django.access",
 }
 
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from idempotency_django import purge
+from idempotency_django import lookup, purge
 from idempotency_django.databases import possible_aliases
 from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
@@ -23,6 +27,7 @@ else:
     EntryAdminBase = admin.ModelAdmin
 
 Status = IdempotencyEntry.Status
+KEY_SHOWN = 37  # characters of a key in the changelist; a UUID's 36 fit
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -66,13 +71,15 @@ def listed_alias(request: HttpRequest, model: type[Model] = IdempotencyEntry) ->
 
 @admin.register(IdempotencyEntry)
 class IdempotencyEntryAdmin(EntryAdminBase):
+    # The status right after the key, and long keys cut (whole in the tooltip): the
+    # columns that matter stay on a 1280 px screen.
     list_display = (
         "readable_key",
-        "tenant",
         "status",
-        "response_status",
-        "created_at",
-        "expires_at",
+        "answer",
+        "tenant",
+        "created",
+        "expires",
         "expired",
     )
     list_filter = ("status", ExpiredFilter, DatabaseFilter)
@@ -116,7 +123,22 @@ class IdempotencyEntryAdmin(EntryAdminBase):
 
     @admin.display(description="key", ordering="key")
     def readable_key(self, entry: IdempotencyEntry) -> str:
-        return readable(entry.key)  # a task's scope and key apart, not joined by \x1f
+        key = readable(entry.key)  # a task's scope and key apart, not joined by \x1f
+        if len(key) <= KEY_SHOWN:
+            return key
+        return format_html('<span title="{}">{}…</span>', key, key[: KEY_SHOWN - 1])
+
+    @admin.display(description="answer", ordering="response_status")
+    def answer(self, entry: IdempotencyEntry) -> int | None:
+        return entry.response_status
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, entry: IdempotencyEntry) -> str:
+        return _compact(entry.created_at)
+
+    @admin.display(description="expires at", ordering="expires_at")
+    def expires(self, entry: IdempotencyEntry) -> str:
+        return _compact(entry.expires_at)
 
     @admin.display(boolean=True, description="expired")
     def expired(self, entry: IdempotencyEntry) -> bool:
@@ -125,12 +147,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     @admin.display(description="response body")
     def body(self, entry: IdempotencyEntry) -> str:
         # Shown by size and type, never rendered: it is another party's answer.
-        if entry.response_body is None:
-            return "-"
-        content_type = next(
-            (v for k, v in entry.response_headers or [] if k.lower() == "content-type"), "unknown"
-        )
-        return f"{len(entry.response_body)} bytes, {content_type}"
+        return lookup.body_summary(entry)
 
     @admin.action(description="Release stuck in-progress entries", permissions=["release"])
     def release_stuck(self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]) -> None:
@@ -147,3 +164,8 @@ class IdempotencyEntryAdmin(EntryAdminBase):
             "(finished, lease not yet passed, or held by a running request).",
             messages.SUCCESS if released else messages.WARNING,
         )
+
+
+def _compact(moment: datetime) -> str:
+    """``2026-11-24 13:02``, in the current time zone: a column, not a sentence."""
+    return date_format(timezone.localtime(moment) if settings.USE_TZ else moment, "Y-m-d H:i")

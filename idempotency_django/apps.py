@@ -12,7 +12,7 @@ class IdempotencyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from idempotency_django import checks  # noqa: F401  (registers the checks)
+        from idempotency_django import checks, deploy_checks  # noqa: F401  (registers them)
 
         if find_spec("rest_framework") and find_spec("drf_spectacular"):
             from idempotency_django import spectacular  # noqa: F401  (registers the extension)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.apps import apps
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -72,20 +71,30 @@ def purge(
         dry_run=dry_run,
     )
     if not dry_run:
-        _purge_outbox(conn.alias, batch_size)
+        _run_steps(conn.alias, batch_size)
     _report(conn.alias, result, time.monotonic() - started)
     return result
 
 
-def _purge_outbox(alias: str, batch_size: int) -> None:
-    """Sent outbox rows past the TTL go with the entries (the outbox is an optional app)."""
-    if not apps.is_installed("idempotency_django.outbox"):
-        return
-    from idempotency_django.outbox import purge_sent
+# A feature app's own cleanup, run after the entries' by every purge but a dry run:
+# the app registers it from its AppConfig.ready(), so this module imports no feature.
+PurgeStep = Callable[[str, int], int]  # (database alias, batch size) -> rows deleted
+_steps: dict[str, PurgeStep] = {}
 
-    deleted = purge_sent(using=alias, batch_size=batch_size)
-    if deleted:
-        logger.info("idempotency purge on %r: %d sent outbox rows deleted", alias, deleted)
+
+def register_step(what: str, step: PurgeStep) -> None:
+    """Run ``step(alias, batch_size)`` in every purge; ``what`` names its rows in the log.
+
+    Registering the same ``what`` again replaces the step (``ready()`` may run twice).
+    """
+    _steps[what] = step
+
+
+def _run_steps(alias: str, batch_size: int) -> None:
+    for what, step in list(_steps.items()):
+        deleted = step(alias, batch_size)
+        if deleted:
+            logger.info("idempotency purge on %r: %d %s deleted", alias, deleted, what)
 
 
 def _report(alias: str, result: PurgeResult, seconds: float) -> None:
@@ -238,4 +247,4 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
         yield items[start : start + size]
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "purge", "release"]
+__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "PurgeStep", "purge", "register_step", "release"]

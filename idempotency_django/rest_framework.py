@@ -1,7 +1,8 @@
 """``IdempotentMixin``: a thin adapter from Django REST framework views to :mod:`.core`.
 
-The claim happens after DRF's authentication, permission and throttle checks, so
-the tenant is the DRF-authenticated user and their 401/403/429 are never stored.
+The claim happens after DRF's authentication and permission checks, so the tenant
+is the DRF-authenticated user and their 401/403 are never stored; throttles run
+once the claim is won (:mod:`.throttling`), so replays spend no budget.
 Importing this module imports DRF; importing ``idempotency_django`` does not.
 """
 
@@ -31,7 +32,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django import core
+from idempotency_django import core, throttling
 from idempotency_django.conf import MAX_TTL, bounded, conf
 from idempotency_django.decorators import EntriesDatabase
 from idempotency_django.exceptions import (
@@ -183,12 +184,18 @@ class IdempotentMixin(_Base):
         # Django can no longer hand the fingerprint its bytes. Only the bytes are
         # kept now; they are parsed once the caller is authenticated.
         self._idempotency_snapshot = snapshot(request._request)
+        throttling.defer(self)  # a replay or a 409 must spend no throttle budget
         self._authenticate(request, *args, **kwargs)
         # dispatch() looks the handler up after initial() returns: wrap it now.
         name = (request.method or "").lower()
         handler = getattr(self, name, None) if name in self.http_method_names else None
         if handler is not None:
-            setattr(self, name, self._protected(handler, options))
+            setattr(self, name, self._protected(throttling.throttled_first(self, handler), options))
+
+    def check_throttles(self, request: Request) -> None:
+        """DRF's, deferred on a protected request until its claim is won (:mod:`.throttling`)."""
+        if not throttling.deferred(self):
+            super().check_throttles(request)
 
     def _authenticate(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's ``initial()``; a database outage there is the 503, not a debug page."""

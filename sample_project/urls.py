@@ -6,6 +6,7 @@ from sample_project.payments import checkout, ninja_api, views, webhooks
 
 urlpatterns = [
     path("", views.index, name="index"),
+    path("favicon.ico", views.favicon),
     path("charges/", views.create_charge, name="create-charge"),
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),

@@ -85,3 +85,39 @@ def test_every_check_id_is_documented(built_docs: Path) -> None:
     page = (built_docs / "settings.html").read_text(encoding="utf-8")
     missing = sorted(i for i in check_ids if f"idempotency_django.{i}" not in page)
     assert not missing, f"name these check ids in docs/settings.rst: {missing}"
+
+
+def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> None:
+    from idempotency_django import deploy_checks as d
+    from idempotency_django.outbox.checks import check_relay_scheduled
+
+    messages = [
+        *d.check_unknown(["IDEMPOTENCY_REQUIRD"]),
+        *d.check_purge_scheduled(False),
+        *d.check_cache_backend("replay", "django.core.cache.backends.locmem.LocMemCache"),
+        *d.check_idle_timeout_kept(None, "postgresql"),
+        *d.check_entries_on_sqlite("default", "sqlite"),
+        *check_relay_scheduled(False),
+        *d.check_tasks_not_eager(True),
+    ]
+    assert len(messages) == 7
+    for message in messages:
+        uri = urlsplit((message.hint or "").rsplit(" ", 1)[-1])
+        page = built_docs / uri.path.removeprefix(urlsplit(SITE).path)
+        assert uri.fragment in html_ids(page), f"{message.id}: no #{uri.fragment} in {page.name}"
+
+
+def python_blocks(page: Path) -> list[str]:
+    """The ``.. code-block:: python`` bodies of an RST page, dedented."""
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", page.read_text())
+    return [re.sub(r"(?m)^    ", "", block).strip() for block in blocks]
+
+
+def test_the_docs_index_example_is_the_readmes() -> None:
+    def example(page: Path) -> str:
+        return next(b for b in python_blocks(page) if "def create_charge" in b)
+
+    index = example(DOCS / "index.rst")
+    assert index == example(ROOT / "README.rst")
+    assert "@csrf_exempt" in index
+    assert "@require_POST" in index

@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers, viewsets
 from rest_framework.permissions import IsAuthenticated
 
+from idempotency_django import idempotency_of
 from idempotency_django.rest_framework import IdempotentMixin
 
 from .models import Charge
@@ -31,5 +32,5 @@ class ChargeViewSet(IdempotentMixin, viewsets.ModelViewSet):
     def perform_create(self, serializer: Any) -> None:
         serializer.save(
             user=self.request.user,
-            provider_key=self.request.idempotency.derive("provider"),
+            provider_key=idempotency_of(self.request).derive("provider"),
         )

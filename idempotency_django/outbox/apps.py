@@ -14,7 +14,19 @@ class OutboxConfig(AppConfig):
     def ready(self) -> None:
         from django.apps import apps
 
+        from idempotency_django import purge
+        from idempotency_django.outbox import checks  # noqa: F401  (registers them)
+
+        purge.register_step("sent outbox rows", _purge_sent)
+
         if apps.is_installed("idempotency_django.contrib.prometheus"):
             from idempotency_django.outbox import prometheus
 
             prometheus.register()
+
+
+def _purge_sent(alias: str, batch_size: int) -> int:
+    """Sent rows past the TTL go with the entries (the entries' purge runs this step)."""
+    from idempotency_django.outbox.delivery import purge_sent
+
+    return purge_sent(using=alias, batch_size=batch_size)

@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from rest_framework import viewsets
 from rest_framework.permissions import IsAuthenticated
 
+from idempotency_django import idempotency_of
 from idempotency_django.rest_framework import IdempotentMixin
 from sample_project.payments.models import Charge
 from sample_project.payments.serializers import ChargeSerializer
@@ -42,5 +43,5 @@ class ChargeViewSet(IdempotentMixin, ChargeViewSetBase):
 
     def perform_create(self, serializer: BaseSerializer[Charge]) -> None:
         # What we'd send the payment provider as its own Idempotency-Key.
-        provider_key = self.request.idempotency.derive("provider")  # type: ignore[attr-defined]
+        provider_key = idempotency_of(self.request).derive("provider")
         serializer.save(user=self.request.user, provider_key=provider_key)

@@ -24,6 +24,8 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from idempotency_django import IdempotentRequest, idempotent
+from idempotency_django.conf import conf
+from idempotency_django.keys import derive_key
 from sample_project.payments.models import Charge
 
 MAX_DELAY = 5.0  # seconds: the slowest the demo lets a payment be
@@ -81,8 +83,18 @@ def order_status(request: HttpRequest, order: str) -> HttpResponse:
     """The charges taken for an order: what the page shows beside its log."""
     if not ORDER.fullmatch(order):
         raise Http404("no such order")
-    ids = list(Charge.objects.filter(description=_description(order)).values_list("pk", flat=True))
-    return JsonResponse({"order": order, "charges": len(ids), "ids": sorted(ids)})
+    charges = Charge.objects.filter(description=_description(order))
+    ids = sorted(charges.values_list("pk", flat=True))
+    answer = {"order": order, "charges": len(ids), "ids": ids}
+    key = request.GET.get("key")
+    if key:  # ?key=<intent>: the charges that intent made, whatever its retries
+        answer["intent_charges"] = charges.filter(provider_key=_provider_key(request, key)).count()
+    return JsonResponse(answer)
+
+
+def _provider_key(request: HttpRequest, key: str) -> str:
+    """What ``request.idempotency.derive("provider")`` gave the payment sent with ``key``."""
+    return derive_key(conf.TENANT_RESOLVER(request), key, "provider")
 
 
 def _form_key(request: HttpRequest) -> str | None:

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -17,6 +18,11 @@ from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import enqueue
 from sample_project.payments.models import Charge
 from sample_project.payments.tasks import send_receipt
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on every page that names no icon (the admin's, the API docs')."""
+    return redirect(static("payments/favicon.svg"))
 
 
 def index(request: HttpRequest) -> HttpResponse:

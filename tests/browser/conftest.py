@@ -123,12 +123,13 @@ def browser() -> Iterator[webdriver.Chrome]:
         )
     options = webdriver.ChromeOptions()
     options.binary_location = str(chromium)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})  # network events
+    # Network events, and the console (the demo asserts it stays free of errors).
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     for argument in (
         "--headless=new",
         "--no-sandbox",
         "--disable-dev-shm-usage",
-        "--window-size=1200,900",
+        "--window-size=1280,900",  # the demo is checked, and screenshot, at 1280 px
     ):
         options.add_argument(argument)
     chrome = webdriver.Chrome(options=options, service=Service(executable_path=str(driver)))

@@ -31,18 +31,31 @@ function logAttempt(call, { attempt, key, response, error, delay }) {
   row.className = !response ? "error" : replayed ? "replay" : response.ok ? "fresh" : response.status === 409 || response.status >= 500 ? "busy" : "error";
   Object.assign(row.dataset, { call, key, attempt, status: response?.status ?? "", replayed, error: error?.name ?? "" });
   cell(row, String(++rows));
-  cell(row, `Pay #${call}`);
-  cell(row, `…${key.slice(-8)}`);
+  cell(row, `Pay #${call}`, "click");
+  cell(row, `…${key.slice(-8)}`, "key");
   cell(row, String(attempt));
   cell(row, status, "status");
   cell(row, replayed ? "true" : "");
   cell(row, response?.headers.get("Retry-After") ?? "");
   cell(row, delay === null ? "final" : `${delay} ms`);
+  cell(row, "", "why");
+  reason(response).then((why) => { row.dataset.why = why; row.lastChild.textContent = why; });
+}
+
+// Why an answer was not a success: the problem's detail (or the view's own error).
+async function reason(response) {
+  if (!response || response.ok) return "";
+  let body = {};
+  try { body = await response.clone().json(); } catch { return ""; }
+  const why = body.detail ?? body.error ?? "";
+  return response.status === 422 ? `${why} A switch changed the request: press New intent.` : why;
 }
 
 async function refreshCount() {
-  const answer = await fetch(root.dataset.statusUrl, { cache: "no-store" });
-  document.getElementById("charges").textContent = String((await answer.json()).charges);
+  const url = `${root.dataset.statusUrl}?key=${encodeURIComponent(intentKey)}`;
+  const answer = await (await fetch(url, { cache: "no-store" })).json();
+  document.getElementById("charges").textContent = String(answer.intent_charges);
+  document.getElementById("order-charges").textContent = String(answer.charges);
 }
 
 async function pay() {
@@ -70,6 +83,6 @@ async function pay() {
 
 document.getElementById("pay").addEventListener("click", pay);
 document.getElementById("double").addEventListener("click", () => { pay(); pay(); });
-document.getElementById("new-intent").addEventListener("click", newIntent);
+document.getElementById("new-intent").addEventListener("click", () => { newIntent(); refreshCount(); });
 newIntent();
 refreshCount().then(() => { root.dataset.ready = "1"; });

@@ -1,0 +1,114 @@
+"""What the library holds for one (tenant, key): for ``manage.py inspect_idempotency``.
+
+Read only, except :func:`release`, which is the admin action's rule
+(:func:`idempotency_django.purge.release`). Times are judged by the database's clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+from django.db.models.functions import Now
+
+from idempotency_django import purge
+from idempotency_django.calls import namespaced
+from idempotency_django.conf import conf
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.options import protocol_for
+from idempotency_django.store import pg
+from idempotency_django.store.sql import Target
+
+# The admin's and the logs' ``[scope] key`` form of a call's or task's key (keys.readable).
+_READABLE = re.compile(r"\[(?P<scope>[^\]]+)\] (?P<key>.+)", re.DOTALL)
+
+
+# A 64-bit advisory lock shows in pg_locks as its two halves, objsubid 1.
+_HELD = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname = "
+    "current_database()) AND ((classid::bigint << 32) | objid::bigint) = {lock_id})"
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """An entry, with the database's time when it was read."""
+
+    entry: IdempotencyEntry
+    now: datetime
+
+    @property
+    def expired(self) -> bool:
+        return self.entry.expires_at <= self.now
+
+    @property
+    def lease_passed(self) -> bool:
+        return not self.entry.is_final and self.entry.locked_until <= self.now
+
+    @property
+    def expires_in(self) -> timedelta:
+        return self.entry.expires_at - self.now
+
+
+def stored_keys(key: str, scope: str | None) -> list[str]:
+    """The stored keys ``key`` may mean: under ``scope``, else itself then its ``[scope] key``."""
+    if scope is not None:
+        return [namespaced(scope, key)]
+    match = _READABLE.fullmatch(key)
+    return [key, namespaced(match["scope"], match["key"])] if match else [key]
+
+
+def find(tenant: str, keys: list[str], using: str) -> Found | None:
+    """The first of ``keys`` held for ``tenant`` on ``using``, or ``None``."""
+    rows = IdempotencyEntry.objects.using(using).filter(tenant=tenant).annotate(db_now=Now())
+    for key in keys:
+        entry = rows.filter(key=key).first()
+        if entry is not None:
+            return Found(entry, entry.db_now)
+    return None
+
+
+def lock_held(tenant: str, key: str, using: str) -> bool | None:
+    """Whether a request holds the key's advisory lock (the lock protocol's in-flight
+    request, which has no committed row); ``None`` off PostgreSQL. Read from
+    ``pg_locks``, never by taking the lock: a duplicate would get a false 409."""
+    conn = connections[using]
+    if conn.vendor != "postgresql":
+        return None
+    text = Target(using, tenant, key, "", timedelta(0), timedelta(0)).lock_text
+    with conn.cursor() as cursor:
+        cursor.execute(_HELD.format(lock_id=pg.LOCK_ID), [text])
+        return bool(cursor.fetchone()[0])
+
+
+def protocol(found: Found | None, using: str) -> str:
+    """Which protocol wrote it, as far as the entry tells (it doesn't record it)."""
+    if found is not None and not found.entry.is_final:
+        return "lease (only the lease protocol commits an in-progress claim)"
+    try:
+        configured = protocol_for(using, conf.PROTOCOL)
+    except ImproperlyConfigured:  # "lock" off PostgreSQL: check E013 says so
+        return "unknown"
+    return f"{configured} (IDEMPOTENCY_PROTOCOL on {using!r}; a view may choose its own)"
+
+
+def body_summary(entry: IdempotencyEntry) -> str:
+    """``"9 bytes, application/json"``: a stored body by size and type, never its content."""
+    if entry.response_body is None:
+        return "-"
+    content_type = next(
+        (v for k, v in entry.response_headers or [] if k.lower() == "content-type"), "unknown"
+    )
+    return f"{len(entry.response_body)} bytes, {content_type}"
+
+
+def release(found: Found) -> bool:
+    """Delete the entry if it is in progress, past its lease and not held: the admin's action."""
+    return purge.release([found.entry.pk], using=found.entry._state.db) == 1
+
+
+__all__ = ["Found", "body_summary", "find", "lock_held", "protocol", "release", "stored_keys"]
