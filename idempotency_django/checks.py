@@ -159,7 +159,9 @@ def check_lock_needs_postgres(protocol: Any, alias: str, vendor: str) -> list[Ch
         "E013",
         f'IDEMPOTENCY_PROTOCOL = "lock" needs PostgreSQL, but IDEMPOTENCY_DATABASE {alias!r} '
         f"is a {vendor} database.",
-        'Use "lease" (or None, which picks it) on this database.',
+        'Use "lease" (or None, which picks it) on this database. MySQL and MariaDB have no '
+        "transaction-scoped advisory lock; docs/protocols.rst explains why lease is their "
+        "protocol.",
     )
 
 
@@ -195,7 +197,7 @@ def check_autocommit(alias: str, autocommit: Any) -> list[CheckMessage]:
     )
 
 
-_SUPPORTED_VENDORS = ("postgresql", "sqlite")
+_SUPPORTED_VENDORS = ("postgresql", "mysql", "sqlite")
 
 
 def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
@@ -205,7 +207,8 @@ def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
         "E011",
         f"IDEMPOTENCY_DATABASE {alias!r} is {_article(vendor)} {vendor} database, which "
         "idempotency_django does not support.",
-        "Keep the entries on PostgreSQL (or SQLite for development): set IDEMPOTENCY_DATABASE.",
+        "Keep the entries on PostgreSQL, MySQL 8.0+ or MariaDB 10.6+ (or SQLite for "
+        "development): set IDEMPOTENCY_DATABASE.",
     )
 
 
@@ -217,12 +220,71 @@ def _entries_vendor() -> list[CheckMessage]:
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         return []  # E008 reports it
+    driver = check_mysql_driver(alias, settings.DATABASES[alias].get("ENGINE", ""))
+    if driver:
+        return driver  # loading the backend would raise instead of reporting
     vendor = connections[alias].vendor
     return [
         *check_database_vendor(alias, vendor),
         *check_lock_needs_postgres(getattr(settings, "IDEMPOTENCY_PROTOCOL", None), alias, vendor),
         *check_autocommit(alias, settings.DATABASES[alias].get("AUTOCOMMIT", True)),
     ]
+
+
+def check_mysql_driver(alias: str, engine: str) -> list[CheckMessage]:
+    if not engine.endswith("mysql"):
+        return []
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError as exc:
+        return _error(
+            "E070",
+            f"IDEMPOTENCY_DATABASE {alias!r} is MySQL or MariaDB, but its driver, mysqlclient, "
+            f"cannot be imported ({exc}).",
+            "pip install 'idempotency-django[mysql]'. Building mysqlclient needs pkg-config, a "
+            "C compiler and the client headers: on Debian or Ubuntu `apt-get install "
+            "pkg-config build-essential default-libmysqlclient-dev` (or libmariadb-dev); on "
+            "Red Hat `dnf install pkgconf gcc mariadb-connector-c-devel` (or mysql-devel).",
+        )
+    return []
+
+
+# The oldest servers with SELECT ... FOR UPDATE SKIP LOCKED (takeover and purge).
+MYSQL_MIN, MARIADB_MIN = (8, 0, 1), (10, 6)
+
+
+def check_mysql_version(alias: str, mariadb: bool, version: tuple[int, ...]) -> list[CheckMessage]:
+    least = MARIADB_MIN if mariadb else MYSQL_MIN
+    if version >= least:
+        return []
+    name = "MariaDB" if mariadb else "MySQL"
+    return _error(
+        "E071",
+        f"IDEMPOTENCY_DATABASE {alias!r} runs {name} {'.'.join(map(str, version))}; "
+        f"idempotency_django needs {name} {'.'.join(map(str, least))} or newer.",
+        "Older servers lack SELECT ... FOR UPDATE SKIP LOCKED, which keeps a takeover or a "
+        "purge off a request that is still running. Upgrade the server.",
+    )
+
+
+@register(Tags.database)
+def check_mysql_server(
+    app_configs: Iterable[Any] | None = None, databases: Iterable[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Run by ``migrate`` and ``check --database``: asks the server its version."""
+    alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
+    if not databases or alias not in databases or check_mysql_driver(alias, _engine(alias)):
+        return []
+    conn = connections[alias]
+    if conn.vendor != "mysql":
+        return []
+    return check_mysql_version(alias, conn.mysql_is_mariadb, conn.mysql_version)
+
+
+def _engine(alias: Any) -> str:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return ""
+    return str(settings.DATABASES[alias].get("ENGINE", ""))
 
 
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (

@@ -9,8 +9,9 @@ InnoDB differs from PostgreSQL in three ways that shape these statements:
   so a duplicate's INSERT fails with 1062 at once while the view runs.
 - ``UPDATE``/``DELETE`` cannot select their rows from the same table in a
   subquery (error 1093), nor use ``LIMIT`` in an ``IN`` subquery: the takeover
-  and the purge pick their rows with ``FOR UPDATE SKIP LOCKED`` (MySQL 8.0.1+,
-  MariaDB 10.6+), then write them by id, in one short transaction.
+  joins a derived table that picks its row with ``FOR UPDATE SKIP LOCKED``
+  (MySQL 8.0.1+, MariaDB 10.6+); the purge picks a batch so, then deletes it by
+  id, in one short transaction.
 - There is no transaction-scoped advisory lock (``GET_LOCK`` belongs to the
   session and survives a rollback): only ``"lease"`` runs here
   (docs/protocols.rst says why).
@@ -111,38 +112,37 @@ def _hold_sql(conn: BaseDatabaseWrapper) -> str:
 
 
 def take_over(target: Target) -> Claim | None:
-    """Claim a dead entry afresh; ``None`` if it is alive, held by a live transaction, or gone."""
+    """Claim a dead entry afresh; ``None`` if it is alive, held by a live transaction, or gone.
+
+    One statement: the derived table picks the row with ``SKIP LOCKED`` (a
+    request that outlived its lease still holds its row lock), the join
+    updates it by id (MySQL refuses a subquery on the updated table itself).
+    """
     conn = connections[target.using]
-    pick = cached_sql(conn, "mysql:take_over:pick", lambda: _pick_dead_sql(conn))
-    update = cached_sql(conn, "mysql:take_over:update", lambda: _take_over_sql(conn))
+    sql = cached_sql(conn, "mysql:take_over", lambda: _take_over_sql(conn))
     owner = uuid.uuid4()
-    with transaction.atomic(using=target.using), conn.cursor() as cursor:
-        cursor.execute(pick, [target.tenant, target.key])
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        params = [target.fingerprint, owner_param(conn, owner)]
-        params += [later_param(conn, target.lease), later_param(conn, target.ttl), row[0]]
-        cursor.execute(update, params)
-    return Claim(target.using, target.tenant, target.key, owner)
-
-
-def _pick_dead_sql(conn: BaseDatabaseWrapper) -> str:
-    # SKIP LOCKED: a request that outlived its lease still holds its row lock.
-    return (
-        f"SELECT {q(conn, 'id')} FROM {table(conn)} WHERE {where_key(conn)} "
-        f"AND {dead_sql(conn, now_sql(conn))} FOR UPDATE SKIP LOCKED"
-    )
+    params = [target.tenant, target.key, target.fingerprint, owner_param(conn, owner)]
+    params += [later_param(conn, target.lease), later_param(conn, target.ttl)]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        taken = cursor.rowcount == 1
+    return Claim(target.using, target.tenant, target.key, owner) if taken else None
 
 
 def _take_over_sql(conn: BaseDatabaseWrapper) -> str:
+    pk = q(conn, "id")
+    dead = (
+        f"SELECT {pk} FROM {table(conn)} WHERE {where_key(conn)} "
+        f"AND {dead_sql(conn, now_sql(conn))} FOR UPDATE SKIP LOCKED"
+    )
     return (
-        f"UPDATE {table(conn)} SET {q(conn, 'fingerprint')} = %s, "
+        f"UPDATE {table(conn)} JOIN ({dead}) AS dead USING ({pk}) SET "
+        f"{q(conn, 'fingerprint')} = %s, "
         f"{q(conn, 'status')} = '{IN_PROGRESS}', {q(conn, 'owner')} = %s, "
         f"{q(conn, 'response_status')} = NULL, {q(conn, 'response_reason')} = '', "
         f"{q(conn, 'response_headers')} = '[]', {q(conn, 'response_body')} = NULL, "
         f"{q(conn, 'locked_until')} = {later_sql(conn)}, {q(conn, 'created_at')} = "
-        f"{now_sql(conn)}, {q(conn, 'expires_at')} = {later_sql(conn)} WHERE {q(conn, 'id')} = %s"
+        f"{now_sql(conn)}, {q(conn, 'expires_at')} = {later_sql(conn)}"
     )
 
 
