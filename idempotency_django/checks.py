@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
@@ -235,7 +236,7 @@ def check_mysql_driver(alias: str, engine: str) -> list[CheckMessage]:
     if not engine.endswith("mysql"):
         return []
     try:
-        import MySQLdb  # noqa: F401
+        importlib.import_module("MySQLdb")
     except ImportError as exc:
         return _error(
             "E070",
@@ -278,7 +279,8 @@ def check_mysql_server(
     conn = connections[alias]
     if conn.vendor != "mysql":
         return []
-    return check_mysql_version(alias, conn.mysql_is_mariadb, conn.mysql_version)
+    mariadb, version = conn.mysql_is_mariadb, conn.mysql_version  # type: ignore[attr-defined]
+    return check_mysql_version(alias, mariadb, version)
 
 
 def _engine(alias: Any) -> str:

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -119,7 +118,8 @@ def test_a_duplicate_claim_fails_at_once_while_the_holder_has_its_row_locked() -
         release.set()
         thread.join(30)
     assert isinstance(seen, Existing)
-    assert seen.response is None and not seen.dead
+    assert seen.response is None
+    assert not seen.dead
     assert took < 0.5, f"the duplicate claim waited {took:.2f} s on the holder's lock"
 
 
@@ -165,7 +165,8 @@ def test_the_clock_is_utc_whatever_the_sessions_time_zone() -> None:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SET time_zone = '+00:00'")
-    assert isinstance(seen, Existing) and not seen.dead
+    assert isinstance(seen, Existing)
+    assert not seen.dead
     assert 59 < (entry.locked_until - entry.created_at).total_seconds() <= 60
     assert abs((entry.created_at - _server_utc()).total_seconds()) < 5
     assert 3590 < seen.remaining <= 3600
@@ -174,7 +175,8 @@ def test_the_clock_is_utc_whatever_the_sessions_time_zone() -> None:
 def _server_utc() -> dt.datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT UTC_TIMESTAMP(6)")
-        return cursor.fetchone()[0].replace(tzinfo=dt.timezone.utc)
+        now: dt.datetime = cursor.fetchone()[0]
+    return now.replace(tzinfo=dt.UTC)
 
 
 # --- crashes ------------------------------------------------------------------------------------
@@ -224,7 +226,7 @@ Client(raise_request_exception=False).post(
 
 
 @pytest.fixture
-def killed_worker() -> Iterator[tuple[str, int]]:
+def killed_worker() -> tuple[str, int]:
     """A process SIGKILLed in the middle of its view (charge written, nothing committed)."""
     key = new_key()
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL=_mysql_url())
@@ -243,7 +245,7 @@ def killed_worker() -> Iterator[tuple[str, int]]:
         process.send_signal(signal.SIGKILL)
         process.wait(30)
     assert process.returncode == -signal.SIGKILL, process.stderr
-    yield key, int(thread_id)
+    return key, int(thread_id)
 
 
 @pytest.mark.requires_mysql
@@ -260,9 +262,11 @@ def test_sigkilled_worker_commits_nothing_and_its_key_runs_once_after_the_lease(
         assert send(key, None, "lease", lease=3.0).status_code == 409
     time.sleep(max(0.0, left) + 0.2)
     retry = send(key, None, "lease", lease=3.0)
-    assert retry.status_code == 201 and "Idempotent-Replayed" not in retry
+    assert retry.status_code == 201
+    assert "Idempotent-Replayed" not in retry
     replay = send(key, None, "lease", lease=3.0)
-    assert replay["Idempotent-Replayed"] == "true" and replay.content == retry.content
+    assert replay["Idempotent-Replayed"] == "true"
+    assert replay.content == retry.content
     assert charges(key) == 1
 
 
@@ -291,7 +295,8 @@ def test_killed_connection_mid_view_is_a_5xx_commits_nothing_and_the_retry_runs_
     if entry is not None:
         time.sleep(max(0.0, (entry.locked_until - _server_utc()).total_seconds()) + 0.2)
     retry = send(key, None, "lease", lease=1.0)
-    assert retry.status_code == 201 and "Idempotent-Replayed" not in retry
+    assert retry.status_code == 201
+    assert "Idempotent-Replayed" not in retry
     assert charges(key) == 1
 
 

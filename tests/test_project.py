@@ -36,7 +36,9 @@ def test_a_server_still_on_0_1_can_claim_after_migration_0002() -> None:
     quote = connection.ops.quote_name
     table = quote(IdempotencyEntry._meta.db_table)
     names = ("tenant", "key", "fingerprint", "status", "owner", "response_headers")
-    columns = ", ".join(quote(name) for name in (*names, "locked_until", "created_at", "expires_at"))
+    columns = ", ".join(
+        quote(name) for name in (*names, "locked_until", "created_at", "expires_at")
+    )
     at = connection.ops.adapt_datetimefield_value(now())
     with connection.cursor() as cursor:
         cursor.execute(

@@ -13,8 +13,7 @@ import uuid
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import mysql, pg
-from idempotency_django.store import sql
+from idempotency_django.store import mysql, pg, sql
 from idempotency_django.store.sql import (
     Claim,
     Found,
