@@ -24,7 +24,6 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import MySQLdb
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, connection, connections, transaction
@@ -63,16 +62,18 @@ def test_keys_differing_in_case_or_a_trailing_space_are_different_keys(client: C
 
 @pytest.mark.parametrize("code", [1205, 1213, 3572])
 def test_mysql_lock_errors_while_claiming_are_busy(code: int) -> None:
+    mysqldb = pytest.importorskip("MySQLdb")
     error = OperationalError(code, "Lock wait timeout exceeded; try restarting transaction")
-    error.__cause__ = MySQLdb.OperationalError(code, "busy")
+    error.__cause__ = mysqldb.OperationalError(code, "busy")
     assert mysql.busy(error)
     assert isinstance(translate(error), RequestInProgress)
 
 
 @pytest.mark.parametrize("code", [2006, 2013])
 def test_a_lost_mysql_connection_while_claiming_is_unavailable(code: int) -> None:
+    mysqldb = pytest.importorskip("MySQLdb")
     error = OperationalError(code, "Lost connection to server during query")
-    error.__cause__ = MySQLdb.OperationalError(code, "gone")
+    error.__cause__ = mysqldb.OperationalError(code, "gone")
     assert not mysql.busy(error)
     assert isinstance(translate(error), StoreUnavailable)
 
