@@ -308,3 +308,70 @@ def test_lock_protocol_is_refused_on_mysql() -> None:
     with pytest.raises(ImproperlyConfigured, match="lease"):
         protocol_for("default", "lock")
     assert protocol_for("default", None) == "lease"
+
+
+# --- why "lock" is not offered here (docs/protocols.rst) -----------------------------------------
+
+
+def _raw_connection() -> Any:
+    """A connection of our own to the test database, outside Django's handling."""
+    import MySQLdb
+
+    db = connection.settings_dict
+    return MySQLdb.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=int(db.get("PORT") or 3306),
+        user=db.get("USER") or "root",
+        passwd=db.get("PASSWORD") or "",
+        database=db["NAME"],
+    )
+
+
+@pytest.mark.requires_mysql
+def test_innodb_makes_a_duplicate_insert_wait_for_an_uncommitted_claim() -> None:
+    """A claim inside the view's transaction would make every duplicate queue behind the view."""
+    table = connection.ops.quote_name(IdempotencyEntry._meta.db_table)
+    holder, duplicate = _raw_connection(), _raw_connection()
+    try:
+        holder.autocommit(False)
+        row = ("", new_key(), "f" * 64, "0" * 32)
+        holder.cursor().execute(
+            f"INSERT INTO {table} (tenant, `key`, fingerprint, status, owner, response_headers, "
+            "response_reason, locked_until, created_at, expires_at) VALUES "
+            "(%s, %s, %s, 'in_progress', %s, '[]', '', UTC_TIMESTAMP(), UTC_TIMESTAMP(), "
+            "UTC_TIMESTAMP())",
+            row,
+        )
+        cursor = duplicate.cursor()
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        started = time.monotonic()
+        with pytest.raises(pytest.importorskip("MySQLdb").OperationalError) as waited:
+            cursor.execute(
+                f"INSERT INTO {table} (tenant, `key`, fingerprint, status, owner, "
+                "response_headers, response_reason, locked_until, created_at, expires_at) "
+                "VALUES (%s, %s, %s, 'in_progress', %s, '[]', '', UTC_TIMESTAMP(), "
+                "UTC_TIMESTAMP(), UTC_TIMESTAMP())",
+                row,
+            )
+        assert waited.value.args[0] == 1205  # lock wait timeout: it queued, it did not fail
+        assert time.monotonic() - started >= 0.9
+    finally:
+        holder.close()
+        duplicate.close()
+
+
+@pytest.mark.requires_mysql
+def test_get_lock_survives_a_rollback() -> None:
+    """MySQL's only advisory lock belongs to the session, not to the transaction."""
+    session, other = _raw_connection(), _raw_connection()
+    try:
+        session.autocommit(False)
+        cursor = session.cursor()
+        cursor.execute("SELECT GET_LOCK('idempotency-test', 0)")
+        session.rollback()
+        probe = other.cursor()
+        probe.execute("SELECT GET_LOCK('idempotency-test', 0)")
+        assert probe.fetchone() == (0,), "the rollback released the session's lock"
+    finally:
+        session.close()
+        other.close()
