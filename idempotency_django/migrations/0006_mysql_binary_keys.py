@@ -4,6 +4,9 @@ Their default collations fold case and ignore trailing spaces ("PAD SPACE"):
 ``abc``, ``ABC`` and ``"abc "`` would be one key to the unique index, so a
 request could replay another's answer. A binary NO PAD collation keeps them
 apart. The model's state is unchanged: other databases compare bytes already.
+
+(The partial indexes need nothing: where conditions are unsupported Django
+creates them as plain indexes, with the warning models.W037.)
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def binary_collation(connection: Any) -> str:
     return "utf8mb4_bin"  # case-sensitive, but PAD SPACE: "abc " is still "abc"
 
 
-def to_binary(apps: Any, schema_editor: Any) -> None:
+def forwards(apps: Any, schema_editor: Any) -> None:
     connection = schema_editor.connection
     if connection.vendor != "mysql":
         return
@@ -41,4 +44,4 @@ class Migration(migrations.Migration):
     atomic = False  # MySQL cannot roll DDL back; Django refuses DDL in a transaction there
     dependencies = [("idempotency_django", "0002_response_reason")]
 
-    operations = [migrations.RunPython(to_binary, migrations.RunPython.noop, elidable=False)]
+    operations = [migrations.RunPython(forwards, migrations.RunPython.noop, elidable=False)]
