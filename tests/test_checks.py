@@ -116,8 +116,6 @@ def test_mysql_without_its_driver_is_e070_naming_the_system_packages(
 def test_e070_replaces_the_backends_import_error_in_the_settings_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from idempotency_django.checks import check_settings
-
     from django.conf import settings
 
     monkeypatch.setitem(sys.modules, "MySQLdb", None)
