@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
@@ -272,7 +272,7 @@ def check_mysql_version(alias: str, mariadb: bool, version: tuple[int, ...]) -> 
 def check_mysql_server(
     app_configs: Iterable[Any] | None = None, databases: Iterable[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Run by ``migrate`` and ``check --database``: asks the server its version."""
+    """Run by ``migrate`` and ``check --database``: asks the server its version and clock."""
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if not databases or alias not in databases or check_mysql_driver(alias, _engine(alias)):
         return []
@@ -280,7 +280,26 @@ def check_mysql_server(
     if conn.vendor != "mysql":
         return []
     mariadb, version = conn.mysql_is_mariadb, conn.mysql_version  # type: ignore[attr-defined]
-    return check_mysql_version(alias, mariadb, version)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")
+        offset = int(cursor.fetchone()[0])
+    return [*check_mysql_version(alias, mariadb, version), *check_mysql_clock(alias, offset)]
+
+
+def check_mysql_clock(alias: str, offset: int) -> list[CheckMessage]:
+    if abs(offset) < 60:
+        return []
+    return [
+        Warning(
+            f"The sessions of IDEMPOTENCY_DATABASE {alias!r} run {offset:+d} s from UTC "
+            "(time_zone).",
+            hint="The entries use UTC_TIMESTAMP() and are not affected, but Django's Now() "
+            "(the outbox's relay, the admin's expired filter) follows the session's zone while "
+            "Django stores UTC. Add \"SET time_zone = '+00:00'\" to OPTIONS['init_command'] "
+            "(no time zone tables needed).",
+            id="idempotency_django.W070",
+        )
+    ]
 
 
 def _engine(alias: Any) -> str:

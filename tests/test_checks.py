@@ -149,6 +149,34 @@ def test_mysql_servers_without_skip_locked_are_e071(
         assert ("MariaDB 10.6" if mariadb else "MySQL 8.0.1") in messages[0].msg
 
 
+@pytest.mark.parametrize(
+    ("offset", "warned"), [(0, False), (59, False), (3600, True), (-7200, True)]
+)
+def test_mysql_sessions_off_utc_are_w070(offset: int, warned: bool) -> None:
+    from idempotency_django.checks import check_mysql_clock
+
+    messages = check_mysql_clock("default", offset)
+    assert [m.id for m in messages] == (["idempotency_django.W070"] if warned else [])
+    if warned:
+        assert "time_zone = '+00:00'" in (messages[0].hint or "")
+
+
+@pytest.mark.requires_mysql
+@pytest.mark.django_db
+def test_a_mysql_session_in_another_zone_is_w070() -> None:
+    from django.core.checks import run_checks
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET time_zone = '+03:00'")
+    try:
+        found = [str(m.id) for m in run_checks(databases=["default"])]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+    assert "idempotency_django.W070" in found
+
+
 @pytest.mark.requires_mysql
 @pytest.mark.django_db
 def test_this_mysql_server_passes_the_database_checks() -> None:
