@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
@@ -196,7 +197,9 @@ def check_lock_needs_postgres(protocol: Any, alias: str, vendor: str) -> list[Ch
         "E013",
         f'IDEMPOTENCY_PROTOCOL = "lock" needs PostgreSQL, but IDEMPOTENCY_DATABASE {alias!r} '
         f"is a {vendor} database.",
-        'Use "lease" (or None, which picks it) on this database.',
+        'Use "lease" (or None, which picks it) on this database. MySQL and MariaDB have no '
+        "transaction-scoped advisory lock; docs/protocols.rst explains why lease is their "
+        "protocol.",
     )
 
 
@@ -232,7 +235,7 @@ def check_autocommit(alias: str, autocommit: Any) -> list[CheckMessage]:
     )
 
 
-_SUPPORTED_VENDORS = ("postgresql", "sqlite")
+_SUPPORTED_VENDORS = ("postgresql", "mysql", "sqlite")
 
 
 def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
@@ -242,7 +245,8 @@ def check_database_vendor(alias: str, vendor: str) -> list[CheckMessage]:
         "E011",
         f"IDEMPOTENCY_DATABASE {alias!r} is {_article(vendor)} {vendor} database, which "
         "idempotency_django does not support.",
-        "Keep the entries on PostgreSQL (or SQLite for development): set IDEMPOTENCY_DATABASE.",
+        "Keep the entries on PostgreSQL, MySQL 8.0+ or MariaDB 10.6+ (or SQLite for "
+        "development): set IDEMPOTENCY_DATABASE.",
     )
 
 
@@ -257,6 +261,10 @@ def _entries_vendor() -> list[CheckMessage]:
         return []  # E008 / E060 report it
     messages: list[CheckMessage] = []
     for alias in (a for a in aliases if a in settings.DATABASES):  # else E008 reports it
+        driver = check_mysql_driver(alias, settings.DATABASES[alias].get("ENGINE", ""))
+        if driver:
+            messages += driver  # loading the backend would raise instead of reporting
+            continue
         vendor = connections[alias].vendor
         messages += [
             *check_database_vendor(alias, vendor),
@@ -282,6 +290,82 @@ def check_secret(value: Any) -> list[CheckMessage]:
         "Generate one (django.core.management.utils.get_random_secret_key()) and never "
         "change it while retries can come; or remove it to keep the persisted secret.",
     )
+
+
+def check_mysql_driver(alias: str, engine: str) -> list[CheckMessage]:
+    if not engine.endswith("mysql"):
+        return []
+    try:
+        importlib.import_module("MySQLdb")
+    except ImportError as exc:
+        return _error(
+            "E070",
+            f"IDEMPOTENCY_DATABASE {alias!r} is MySQL or MariaDB, but its driver, mysqlclient, "
+            f"cannot be imported ({exc}).",
+            "pip install 'idempotency-django[mysql]'. Building mysqlclient needs pkg-config, a "
+            "C compiler and the client headers: on Debian or Ubuntu `apt-get install "
+            "pkg-config build-essential default-libmysqlclient-dev` (or libmariadb-dev); on "
+            "Red Hat `dnf install pkgconf gcc mariadb-connector-c-devel` (or mysql-devel).",
+        )
+    return []
+
+
+# The oldest servers with SELECT ... FOR UPDATE SKIP LOCKED (takeover and purge).
+MYSQL_MIN, MARIADB_MIN = (8, 0, 1), (10, 6)
+
+
+def check_mysql_version(alias: str, mariadb: bool, version: tuple[int, ...]) -> list[CheckMessage]:
+    least = MARIADB_MIN if mariadb else MYSQL_MIN
+    if version >= least:
+        return []
+    name = "MariaDB" if mariadb else "MySQL"
+    return _error(
+        "E071",
+        f"IDEMPOTENCY_DATABASE {alias!r} runs {name} {'.'.join(map(str, version))}; "
+        f"idempotency_django needs {name} {'.'.join(map(str, least))} or newer.",
+        "Older servers lack SELECT ... FOR UPDATE SKIP LOCKED, which keeps a takeover or a "
+        "purge off a request that is still running. Upgrade the server.",
+    )
+
+
+@register(Tags.database)
+def check_mysql_server(
+    app_configs: Iterable[Any] | None = None, databases: Iterable[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Run by ``migrate`` and ``check --database``: asks the server its version and clock."""
+    alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
+    if not databases or alias not in databases or check_mysql_driver(alias, _engine(alias)):
+        return []
+    conn = connections[alias]
+    if conn.vendor != "mysql":
+        return []
+    mariadb, version = conn.mysql_is_mariadb, conn.mysql_version  # type: ignore[attr-defined]
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")
+        offset = int(cursor.fetchone()[0])
+    return [*check_mysql_version(alias, mariadb, version), *check_mysql_clock(alias, offset)]
+
+
+def check_mysql_clock(alias: str, offset: int) -> list[CheckMessage]:
+    if abs(offset) < 60:
+        return []
+    return [
+        Warning(
+            f"The sessions of IDEMPOTENCY_DATABASE {alias!r} run {offset:+d} s from UTC "
+            "(time_zone).",
+            hint="The entries use UTC_TIMESTAMP() and are not affected, but Django's Now() "
+            "(the outbox's relay, the admin's expired filter) follows the session's zone while "
+            "Django stores UTC. Add \"SET time_zone = '+00:00'\" to OPTIONS['init_command'] "
+            "(no time zone tables needed).",
+            id="idempotency_django.W070",
+        )
+    ]
+
+
+def _engine(alias: Any) -> str:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return ""
+    return str(settings.DATABASES[alias].get("ENGINE", ""))
 
 
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (

@@ -29,7 +29,7 @@ from idempotency_django import signals
 from idempotency_django.exceptions import KeyReused, RequestInProgress, StoreUnavailable
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
-from idempotency_django.store import PROTOCOLS, pg
+from idempotency_django.store import PROTOCOLS, mysql, pg
 from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
 from idempotency_django.store.sql import record as record_answer
 
@@ -97,7 +97,7 @@ def claimed(
 
 def translate(exc: OperationalError | InterfaceError) -> RequestInProgress | StoreUnavailable:
     """The client error a database error met while claiming stands for."""
-    if pg.sqlstate(exc) in pg.BUSY_STATES:
+    if pg.sqlstate(exc) in pg.BUSY_STATES or mysql.busy(exc):
         return RequestInProgress()  # another transaction is at this key: retry later
     if "database is locked" in str(exc):
         logger.warning(

@@ -22,7 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import signals
 from idempotency_django.conf import conf
-from idempotency_django.store import sql
+from idempotency_django.store import mysql, sql
 
 logger = logging.getLogger("idempotency_django")
 DEFAULT_BATCH_SIZE = 1000
@@ -196,6 +196,8 @@ def _delete_batch(conn: BaseDatabaseWrapper, selection: _Selection, limit: int) 
     table, pk, order = sql.table(conn), _q(conn, "id"), selection.order
     pick = f"SELECT {pk} FROM {table} WHERE {selection.where} ORDER BY {order} LIMIT %s"
     params = [*selection.params, limit]
+    if conn.vendor == "mysql":
+        return mysql.delete_batch(conn.alias, selection.where, selection.params, order, limit)
     with conn.cursor() as cursor:
         if conn.vendor != "postgresql":
             cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({pick})", params)
@@ -231,7 +233,9 @@ def _count_batch(
         f"SELECT {pk} FROM {sql.table(conn)} WHERE {selection.where} AND {pk} > %s "
         f"ORDER BY {pk} LIMIT %s"
     )
-    if conn.vendor == "postgresql":
+    if conn.vendor == "mysql":
+        query += " FOR UPDATE SKIP LOCKED"  # held only until the rollback below
+    elif conn.vendor == "postgresql":
         # The weakest row lock that a live request's FOR UPDATE still conflicts
         # with: held rows are skipped, as the real purge would skip them.
         query += " FOR KEY SHARE SKIP LOCKED"

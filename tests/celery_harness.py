@@ -41,7 +41,8 @@ def database_url() -> str:
     auth = quote(db["USER"] or "", safe="")
     if db["PASSWORD"]:
         auth += ":" + quote(db["PASSWORD"], safe="")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    scheme, port = ("mysql", 3306) if connection.vendor == "mysql" else ("postgres", 5432)
+    return f"{scheme}://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or port}/{db['NAME']}"
 
 
 def broker_url(kind: str) -> str:

@@ -45,6 +45,8 @@ def reachable(host: str, port: int) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in (
         "requires_postgres: runs only when DATABASE_URL points at PostgreSQL",
+        "requires_mysql: runs only when DATABASE_URL points at MySQL or MariaDB",
+        "requires_server: needs a server's row locks and connections (PostgreSQL, MySQL)",
         "requires_redis: needs the Redis server of REDIS_URL",
         "system: starts real servers (gunicorn, Celery workers)",
         "pooler(name): runs only in that pass of the pooler tier (tests/pooled: pgbouncer, psycopg)",
@@ -54,21 +56,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # PostgreSQL-only tests belong to the PostgreSQL pass of `make test`: on
-    # SQLite they are deselected, not skipped.
-    from django.conf import settings
-
+    # A database's own tests belong to its pass of `make test`: on the other
+    # databases they are deselected, not skipped.
     if _SKIP_ALL in config.stash:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=config.stash[_SKIP_ALL]))
         return
-    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
-        return
-    keep = [item for item in items if "requires_postgres" not in item.keywords]
-    deselected = [item for item in items if "requires_postgres" in item.keywords]
+    vendor = database_vendor()
+    wrong = {marker for marker, vendors in _FOR_VENDORS.items() if vendor not in vendors}
+    keep = [item for item in items if not wrong.intersection(item.keywords)]
+    deselected = [item for item in items if wrong.intersection(item.keywords)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = keep
+
+
+_FOR_VENDORS = {
+    "requires_postgres": {"postgresql"},
+    "requires_mysql": {"mysql"},
+    "requires_server": {"postgresql", "mysql"},
+}
+_SERVERS = {"postgresql": ("PostgreSQL", 5432), "mysql": ("MySQL/MariaDB", 3306)}
+
+
+def database_vendor() -> str:
+    """``postgresql``, ``mysql`` or ``sqlite``: the test settings' default database."""
+    from django.conf import settings
+
+    engine = str(settings.DATABASES["default"]["ENGINE"])
+    return next((vendor for vendor in _SERVERS if engine.endswith(vendor)), "sqlite")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -77,9 +93,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _check_installed_package()
 
     db = settings.DATABASES["default"]
-    address = (db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
-    if db["ENGINE"].endswith("postgresql") and not reachable(*address):
-        reason = f"PostgreSQL at {address[0]}:{address[1]} is unreachable"
+    vendor = database_vendor()
+    if vendor not in _SERVERS:
+        return
+    name, port = _SERVERS[vendor]
+    address = (db.get("HOST") or "127.0.0.1", int(db.get("PORT") or port))
+    if not reachable(*address):
+        reason = f"{name} at {address[0]}:{address[1]} is unreachable"
         if SERVICES_REQUIRED:
             pytest.exit(f"{reason}: {_WHY_FAIL}", returncode=1)
         session.config.stash[_SKIP_ALL] = reason
@@ -111,6 +131,11 @@ def redis_url() -> str:
 @pytest.fixture
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def is_mysql() -> bool:
+    return connection.vendor == "mysql"
 
 
 def close_connections_after(fn: Callable[..., Any]) -> Callable[..., Any]:

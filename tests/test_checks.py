@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -80,7 +81,7 @@ def test_check_ids_are_unique() -> None:
 
     found = re.findall(r'"(E\d{3})"', inspect.getsource(checks))
     assert len(found) == len(set(found))
-    assert {f"E{n:03}" for n in range(1, 17)} | {"E020", "E060"} <= set(found)
+    assert {f"E{n:03}" for n in range(1, 17)} | {"E020", "E060", "E070", "E071"} <= set(found)
 
 
 @pytest.mark.django_db  # Django 6.1's check command also checks the database.
@@ -92,16 +93,105 @@ def test_manage_py_check_fails_on_a_bad_value() -> None:
 def test_unsupported_database_vendor_is_e011() -> None:
     from idempotency_django.checks import check_database_vendor
 
-    assert [m.id for m in check_database_vendor("default", "mysql")] == ["idempotency_django.E011"]
+    assert [m.id for m in check_database_vendor("default", "oracle")] == ["idempotency_django.E011"]
     assert check_database_vendor("default", "postgresql") == []
+    assert check_database_vendor("default", "mysql") == []
     assert check_database_vendor("default", "sqlite") == []
+
+
+def test_mysql_without_its_driver_is_e070_naming_the_system_packages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.checks import check_mysql_driver
+
+    assert check_mysql_driver("default", "django.db.backends.mysql") == []
+    assert check_mysql_driver("default", "django.db.backends.sqlite3") == []
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)
+    [message] = check_mysql_driver("default", "django.db.backends.mysql")
+    assert message.id == "idempotency_django.E070"
+    assert "mysqlclient" in message.msg
+    for package in ("[mysql]", "pkg-config", "build-essential", "default-libmysqlclient-dev"):
+        assert package in (message.hint or "")
+
+
+def test_e070_replaces_the_backends_import_error_in_the_settings_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.conf import settings
+
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)
+    entries = {"ENGINE": "django.db.backends.mysql", "NAME": "x"}
+    monkeypatch.setitem(settings.DATABASES, "mysql_entries", entries)
+    with override_settings(IDEMPOTENCY_DATABASE="mysql_entries"):
+        ids = [m.id for m in check_settings()]
+    assert ids == ["idempotency_django.E070"]
+
+
+@pytest.mark.parametrize(
+    ("mariadb", "version", "ok"),
+    [
+        (True, (10, 5, 27), False),
+        (True, (10, 6, 0), True),
+        (True, (11, 4, 2), True),
+        (False, (5, 7, 44), False),
+        (False, (8, 0, 0), False),
+        (False, (8, 0, 1), True),
+        (False, (8, 4, 3), True),
+    ],
+)
+def test_mysql_servers_without_skip_locked_are_e071(
+    mariadb: bool, version: tuple[int, ...], ok: bool
+) -> None:
+    from idempotency_django.checks import check_mysql_version
+
+    messages = check_mysql_version("default", mariadb, version)
+    assert [m.id for m in messages] == ([] if ok else ["idempotency_django.E071"])
+    if not ok:
+        assert ("MariaDB 10.6" if mariadb else "MySQL 8.0.1") in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    ("offset", "warned"), [(0, False), (59, False), (3600, True), (-7200, True)]
+)
+def test_mysql_sessions_off_utc_are_w070(offset: int, warned: bool) -> None:
+    from idempotency_django.checks import check_mysql_clock
+
+    messages = check_mysql_clock("default", offset)
+    assert [m.id for m in messages] == (["idempotency_django.W070"] if warned else [])
+    if warned:
+        assert "time_zone = '+00:00'" in (messages[0].hint or "")
+
+
+@pytest.mark.requires_mysql
+@pytest.mark.django_db
+def test_a_mysql_session_in_another_zone_is_w070() -> None:
+    from django.core.checks import run_checks
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET time_zone = '+03:00'")
+    try:
+        found = [str(m.id) for m in run_checks(databases=["default"])]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+    assert "idempotency_django.W070" in found
+
+
+@pytest.mark.requires_mysql
+@pytest.mark.django_db
+def test_this_mysql_server_passes_the_database_checks() -> None:
+    from django.core.checks import run_checks
+
+    found = [str(m.id) for m in run_checks(databases=["default"])]
+    ids = [i for i in found if i.startswith("idempotency")]
+    assert ids == []
 
 
 @pytest.mark.parametrize(
     ("vendor", "phrase"),
     [
         ("unknown", "is an unknown database"),
-        ("mysql", "is a mysql database"),
         ("oracle", "is an oracle"),
     ],
 )

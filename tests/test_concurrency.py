@@ -1,8 +1,9 @@
-"""The promise under real concurrency, on PostgreSQL: real threads, real row locks.
+"""The promise under real concurrency, on PostgreSQL and MySQL/MariaDB: real threads, row locks.
 
 Each thread has its own database connection, as each worker of an app server does.
 Every test runs under both protocols (``IDEMPOTENCY_PROTOCOL``): "lock" (the claim
-inside the view's transaction, no row visible while in flight) and "lease".
+inside the view's transaction, no row visible while in flight; PostgreSQL only)
+and "lease".
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from django.test import Client
 from django.utils import timezone
 
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store.sql import Target, take_over
+from idempotency_django.store.lease import take_over
+from idempotency_django.store.sql import Target
 from tests.helpers import charges, new_key, post, race
 from tests.lock_helpers import writer_of_charges
 
-pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.requires_server, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(params=["lock", "lease"], autouse=True)
+@pytest.fixture(
+    params=[pytest.param("lock", marks=pytest.mark.requires_postgres), "lease"], autouse=True
+)
 def protocol(request: pytest.FixtureRequest, settings: Any) -> str:
     settings.IDEMPOTENCY_PROTOCOL = request.param
     return str(request.param)

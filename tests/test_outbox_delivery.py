@@ -30,7 +30,7 @@ from tests.conftest import close_connections_after
 from tests.helpers import charges, new_key, post
 
 pytestmark = [
-    pytest.mark.requires_postgres,
+    pytest.mark.requires_server,
     pytest.mark.system,
     pytest.mark.django_db(transaction=True),
 ]

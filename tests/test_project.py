@@ -33,13 +33,17 @@ def test_no_migration_is_missing() -> None:
 @pytest.mark.django_db
 def test_a_server_still_on_0_1_can_claim_after_migration_0002() -> None:
     """A rolling upgrade migrates first: 0.1.0's claim INSERT names no response_reason."""
-    table = IdempotencyEntry._meta.db_table
-    columns = "tenant, key, fingerprint, status, owner, response_headers"
-    times = "locked_until, created_at, expires_at"
+    quote = connection.ops.quote_name
+    table = quote(IdempotencyEntry._meta.db_table)
+    names = ("tenant", "key", "fingerprint", "status", "owner", "response_headers")
+    columns = ", ".join(
+        quote(name) for name in (*names, "locked_until", "created_at", "expires_at")
+    )
+    at = connection.ops.adapt_datetimefield_value(now())
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} ({columns}, {times}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            ["", "old-server", "f" * 64, "in_progress", uuid.uuid4().hex, "[]", *[now()] * 3],
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ["", "old-server", "f" * 64, "in_progress", uuid.uuid4().hex, "[]", *[at] * 3],
         )
     assert IdempotencyEntry.objects.get(key="old-server").response_reason == ""
 

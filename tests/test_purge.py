@@ -213,7 +213,7 @@ def _while_request_runs(key: str, check: Callable[[IdempotencyEntry], None]) -> 
     return results[0], still_running
 
 
-@pytest.mark.requires_postgres
+@pytest.mark.requires_server
 @pytest.mark.django_db(transaction=True)
 @override_settings(IDEMPOTENCY_PROTOCOL="lease")  # only "lease" leaves a committed claim
 def test_a_claim_held_by_a_running_request_is_neither_deleted_nor_reclaimed() -> None:
@@ -237,7 +237,7 @@ def test_a_claim_held_by_a_running_request_is_neither_deleted_nor_reclaimed() ->
 @pytest.mark.django_db(transaction=True)
 def test_on_sqlite_a_purge_waits_for_the_running_request_then_keeps_its_answer() -> None:
     if connection.vendor != "sqlite":
-        pytest.skip("SQLite serialises writers; PostgreSQL is covered by the SKIP LOCKED test")
+        pytest.skip("SQLite serialises writers; servers are covered by the SKIP LOCKED test")
     key = new_key()
 
     def check(entry: IdempotencyEntry) -> None:

@@ -696,7 +696,7 @@ def _one_execution(responses: list[Any]) -> tuple[int, int]:
     return len(conflicts), len(replays)
 
 
-@pytest.mark.requires_postgres
+@pytest.mark.requires_server
 def test_storm_through_a_viewset_commits_exactly_one_execution(alice: User) -> None:
     trials, concurrency = 50, 10
     header = f"Token {Token.objects.create(user=alice).key}"

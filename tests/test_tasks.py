@@ -48,7 +48,7 @@ def worker(tmp_path: Path) -> Iterator[celery_harness.Worker]:
         yield running
 
 
-@pytest.mark.requires_postgres
+@pytest.mark.requires_server
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_runs_the_task(worker: celery_harness.Worker) -> None:

@@ -13,7 +13,7 @@ import uuid
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import pg
+from idempotency_django.store import mysql, pg, sql
 from idempotency_django.store.sql import (
     Claim,
     Found,
@@ -21,6 +21,7 @@ from idempotency_django.store.sql import (
     cached_sql,
     insert_params,
     insert_sql,
+    is_mysql,
     is_postgres,
     later_param,
     later_sql,
@@ -29,7 +30,6 @@ from idempotency_django.store.sql import (
     read,
     release,
     table,
-    take_over,
     where_owner,
 )
 
@@ -45,6 +45,8 @@ def claim(target: Target, bounded: bool) -> Found:
         # Relaxed only in autocommit: inside a caller's transaction the local
         # setting would relax the whole transaction's commit.
         return pg.claim(target, owner, relaxed=conn.get_autocommit(), bounded=False)
+    if is_mysql(conn):
+        return mysql.claim(target, owner)
     return _claim_generic(conn, target, owner)
 
 
@@ -65,6 +67,8 @@ def _claim_generic(conn: BaseDatabaseWrapper, target: Target, owner: uuid.UUID) 
 def hold(claim: Claim, target: Target, bounded: bool) -> bool:
     """First in the business transaction: the claim's row lock; ``False`` if taken over."""
     conn = connections[claim.using]
+    if is_mysql(conn):
+        return mysql.hold(claim)
     fence = [claim.tenant, claim.key, owner_param(conn, claim.owner)]
     with conn.cursor() as cursor:
         if conn.features.has_select_for_update:
@@ -80,6 +84,13 @@ def hold(claim: Claim, target: Target, bounded: bool) -> bool:
             [later_param(conn, target.lease), *fence],
         )
         return bool(cursor.rowcount == 1)
+
+
+def take_over(target: Target) -> Claim | None:
+    """Claim a dead entry afresh; ``None`` if it is alive, held by a live transaction, or gone."""
+    if is_mysql(connections[target.using]):
+        return mysql.take_over(target)
+    return sql.take_over(target)
 
 
 __all__ = ["NAME", "claim", "hold", "release", "take_over"]

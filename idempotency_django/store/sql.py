@@ -86,6 +86,11 @@ def is_postgres(conn: BaseDatabaseWrapper) -> bool:
     return bool(conn.vendor == "postgresql")
 
 
+def is_mysql(conn: BaseDatabaseWrapper) -> bool:
+    """MySQL or MariaDB: Django names both ``mysql``."""
+    return bool(conn.vendor == "mysql")
+
+
 # -- the database's clock ---------------------------------------------------------
 
 
@@ -93,6 +98,9 @@ def now_sql(conn: BaseDatabaseWrapper) -> str:
     """The database's time at this statement."""
     if is_postgres(conn):
         return "statement_timestamp()"
+    if is_mysql(conn):
+        # UTC whatever the session's time_zone: Django stores UTC there (USE_TZ).
+        return "UTC_TIMESTAMP(6)"
     # The text form Django stores on SQLite (UTC): comparable as strings.
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 
@@ -101,17 +109,23 @@ def later_sql(conn: BaseDatabaseWrapper) -> str:
     """The database's time plus one ``%s`` parameter made by :func:`later_param`."""
     if is_postgres(conn):
         return "(statement_timestamp() + %s::float8 * interval '1 second')"
+    if is_mysql(conn):
+        return "(UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND)"
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
 
 
 def later_param(conn: BaseDatabaseWrapper, delta: timedelta) -> Any:
     seconds = delta.total_seconds()
+    if is_mysql(conn):
+        return delta // timedelta(microseconds=1)
     return seconds if is_postgres(conn) else f"+{seconds:.6f} seconds"
 
 
 def seconds_until_sql(conn: BaseDatabaseWrapper, column: str) -> str:
     if is_postgres(conn):
         return f"EXTRACT(EPOCH FROM ({q(conn, column)} - statement_timestamp()))::float8"
+    if is_mysql(conn):
+        return f"(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {q(conn, column)}) / 1e6)"
     return f"((julianday({q(conn, column)}) - julianday('now')) * 86400.0)"
 
 
@@ -199,6 +213,10 @@ def insert_sql(conn: BaseDatabaseWrapper, select: str = "", returning: str = "")
     values = f"%s, %s, %s, '{IN_PROGRESS}', {owner}, {headers}, '', "
     values += f"{later_sql(conn)}, {now_sql(conn)}, {later_sql(conn)}"
     source = f"SELECT {values} {select}" if select else f"VALUES ({values})"
+    if is_mysql(conn):
+        # No ON CONFLICT: store.mysql catches the duplicate-key error (1062)
+        # instead of INSERT IGNORE, which would also downgrade other errors.
+        return f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in cols)}) {source}"
     return (
         f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in cols)}) {source} "
         f"ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING{returning}"
