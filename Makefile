@@ -9,8 +9,10 @@ export PG_URL MARIADB_URL
 
 .PHONY: install services run test test-sqlite test-postgres test-mariadb lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
 
+# mysqlclient (the dev group's MySQL driver) builds against Debian's libmariadb-dev: as root,
+# tests/services/up.sh installs it first.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group dev && touch $@
+	bash tests/services/up.sh packages && $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group dev && touch $@
 
 install: $(VENV)/.installed
 
@@ -22,8 +24,9 @@ $(VENV)/.sample: pyproject.toml
 run: $(VENV)/.sample
 	$(PY) manage.py migrate --noinput && $(PY) sample_project/hint.py $(PORT) && $(PY) manage.py runserver 127.0.0.1:$(PORT)
 
-# The full suite, as CI runs it: SQLite, then PostgreSQL, with Redis and a Celery broker;
-# a missing service FAILS it (`make test SERVICES=optional`: those tests skip instead).
+# The full suite, as CI runs it: SQLite, PostgreSQL, MariaDB, then the multi-database and
+# pooler tiers, with Redis, the Celery brokers and NATS; a missing service FAILS it
+# (`make test SERVICES=optional`: those tests skip instead).
 # Services, variables and databases: docs/contributing.rst.
 SERVICES ?= required
 
@@ -31,8 +34,8 @@ SERVICES ?= required
 services:
 	SERVICES=$(SERVICES) bash tests/services/up.sh
 
-test: install services
-	$(PY) -m coverage erase && $(MAKE) test-sqlite test-postgres SERVICES=$(SERVICES) && $(PY) -m coverage combine -q && $(PY) -m coverage report
+test: services install
+	$(PY) -m coverage erase && $(MAKE) test-sqlite test-postgres test-mariadb test-multidb test-poolers SERVICES=$(SERVICES) && $(PY) -m coverage combine -q && $(PY) -m coverage report
 
 # The quick local run: SQLite only, no service needed (tests needing one skip, saying
 # why), unless SERVICES is given on the command line, as `make test` does.
@@ -88,14 +91,14 @@ tox-corners: install
 # then the race, crash and wait tests through PgBouncer (transaction mode) and Django's pool.
 .PHONY: test-multidb test-poolers
 test-multidb: install
-	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m pytest --ds tests.multidb.settings tests/multidb
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m pytest --ds tests.multidb.settings tests/multidb
+	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
 
 POOLED_TESTS := tests/pooled tests/test_concurrency.py tests/test_lock_protocol.py tests/test_faults.py
 test-poolers: install
 	tests/services/pgbouncer.sh start
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=pgbouncer $(PY) -m pytest --ds tests.pooled.settings $(POOLED_TESTS); status=$$?; tests/services/pgbouncer.sh stop; exit $$status
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=psycopg $(PY) -m pytest --ds tests.pooled.settings $(POOLED_TESTS)
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=pgbouncer $(PY) -m coverage run -p -m pytest --ds tests.pooled.settings $(POOLED_TESTS); status=$$?; tests/services/pgbouncer.sh stop; exit $$status
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=psycopg $(PY) -m coverage run -p -m pytest --ds tests.pooled.settings $(POOLED_TESTS)
 
 clean:
 	rm -rf $(VENV) .tox dist build .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3

@@ -119,6 +119,6 @@ def test_item14_a_missing_browser_only_warns_when_services_are_optional(tmp_path
 
 def test_item14_make_test_runs_the_provisioning_first() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert "\ntest: install services\n" in makefile
+    assert "\ntest: services install\n" in makefile
     assert "tests/services/up.sh" in makefile
     assert "make test\n" in (ROOT / ".ci" / "run").read_text()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# What `make test` needs on this machine, made ready: the browser and PgBouncer (Debian's
-# packages), PostgreSQL, MariaDB, Redis, RabbitMQ and NATS started when down, and the test
-# databases created. `make services` runs it; `make test` runs it first, and so does CI.
+# What `make test` needs on this machine, made ready: the browser, PgBouncer and the MariaDB
+# client headers mysqlclient builds against (Debian's packages), PostgreSQL, MariaDB, Redis,
+# RabbitMQ and NATS started when down, and the test databases created. `make services` runs
+# it; `make test` runs it first, and so does CI. `up.sh packages` installs the packages only
+# (`make install` runs that before pip builds mysqlclient).
 #
 # As root it installs and starts what is missing. As another user it only checks, and
 # fails naming the one command to run (`sudo make services`), unless SERVICES=optional,
@@ -24,6 +26,9 @@ packages() {
     command -v chromium >/dev/null || want+=(chromium)
     command -v chromedriver >/dev/null || want+=(chromium-driver)
     command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || want+=(pgbouncer)
+    command -v pkg-config >/dev/null || want+=(pkg-config)
+    pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null \
+        || want+=(libmariadb-dev)
     [ ${#want[@]} -eq 0 ] && return 0
     if is_root && command -v apt-get >/dev/null; then
         echo "services: installing ${want[*]} (Debian's packages)"
@@ -46,6 +51,10 @@ start() {  # start NAME PORT COMMAND...: run COMMAND (as root) when nothing list
 }
 
 packages
+if [ "${1:-}" = packages ]; then
+    [ ${#missing[@]} -eq 0 ] || printf 'services: missing: %s\n' "${missing[@]}" >&2
+    exit 0  # pip says what it could not build
+fi
 start PostgreSQL 5432 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql 2>/dev/null | head -n 1)" main start
 start Redis 6379 redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 start RabbitMQ 5672 rabbitmq-server -detached
