@@ -94,7 +94,9 @@ def kind(sql: str) -> str:
     if _ENTRIES not in text:
         return "view"
     verb = text.split(None, 1)[0].upper()
-    if verb == "WITH" or verb == "INSERT":
+    if verb == "INSERT" and "response_status" in text:
+        return "record"  # the read-only claim's one write: the finished entry
+    if verb == "WITH" or verb == "INSERT" or "advisory_xact_lock" in text:
         return "claim"
     if verb == "DELETE":
         return "release"
