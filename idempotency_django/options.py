@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.http import HttpRequest
 
+from idempotency_django import conf as settings_module
 from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
 from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
 
@@ -96,10 +97,19 @@ class Options:
         )
 
     def resolve(self) -> Policy:
-        """The settings in force for one request."""
+        """The settings in force for one request: compiled once per settings change."""
+        cached: tuple[int, Policy] | None = self.__dict__.get("_compiled")
+        if cached is not None and cached[0] == settings_module.generation:
+            return cached[1]
+        policy = self._compile()
+        object.__setattr__(self, "_compiled", (settings_module.generation, policy))
+        return policy
+
+    def _compile(self) -> Policy:
         database = self.database or conf.DATABASE
+        header = self.header or conf.HEADER
         return Policy(
-            header=self.header or conf.HEADER,
+            header=header,
             required=conf.REQUIRED if self.required is None else self.required,
             ttl=self.ttl or conf.TTL,
             lease=self.lease or conf.LEASE,
@@ -111,7 +121,14 @@ class Options:
             fingerprint=self.fingerprint or request_fingerprint,
             protocol=protocol_for(database, self.protocol or conf.PROTOCOL),
             wait=conf.WAIT if self.wait is None else self.wait,
+            meta_header=meta_name(header),
         )
+
+
+def meta_name(header: str) -> str:
+    """Where Django's ``request.META`` keeps ``header`` (what ``request.headers`` reads)."""
+    name = header.upper().replace("-", "_")
+    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,7 @@ class Policy:
     fingerprint: Fingerprinter
     protocol: str = "lease"
     wait: float = 0.0
+    meta_header: str = ""  # ``header`` as a ``request.META`` key; "" to read ``headers``
 
 
 def protocol_for(database: str, wanted: str | None) -> str:

@@ -48,6 +48,7 @@ def test_defaults_pass() -> None:
         ("IDEMPOTENCY_DATABASE", "elsewhere", "E008"),
         ("IDEMPOTENCY_CACHE", "nowhere", "E009"),
         ("IDEMPOTENCY_DRF_ERROR_FORMAT", "xml", "E010"),
+        ("IDEMPOTENCY_PREPARED_STATEMENTS", "yes", "E030"),
     ],
 )
 def test_each_bad_setting_has_its_own_id(setting: str, value: Any, check_id: str) -> None:
@@ -79,7 +80,7 @@ def test_check_ids_are_unique() -> None:
     from idempotency_django import checks
 
     found = re.findall(r'"(E\d{3})"', inspect.getsource(checks))
-    assert len(found) == len(set(found)) == 16
+    assert len(found) == len(set(found)) == 17
 
 
 @pytest.mark.django_db  # Django 6.1's check command also checks the database.

@@ -1,0 +1,69 @@
+"""``IDEMPOTENCY_PREPARED_STATEMENTS``: the hot statements prepared once per connection.
+
+Read from ``pg_prepared_statements`` of the connection that served the requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from tests.helpers import new_key, post
+
+pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+
+
+def prepared_here() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def first_executions(count: int = 2) -> None:
+    client = Client()
+    for _ in range(count):
+        assert post(client, "/charges/", new_key()).status_code == 201
+
+
+@pytest.fixture(autouse=True)
+def lock(settings: Any) -> None:
+    settings.IDEMPOTENCY_PROTOCOL = "lock"
+    connection.close()  # a fresh connection: nothing prepared yet
+
+
+def test_on_by_default_the_claim_and_the_answer_are_prepared() -> None:
+    first_executions()
+    statements = prepared_here()
+    assert any("pg_try_advisory_xact_lock" in s for s in statements), statements
+    assert any(s.lstrip().startswith("INSERT") for s in statements), statements
+    assert len(statements) == 3  # lock, lookup, insert: once each, however many requests
+
+
+def test_each_prepared_statement_is_still_captured_with_its_values() -> None:
+    key = new_key()
+    with CaptureQueriesContext(connection) as captured:
+        assert post(Client(), "/charges/", key).status_code == 201
+    ours = [q["sql"] for q in captured.captured_queries if "idempotency" in q["sql"]]
+    assert len(ours) == 3
+    assert all(key in sql for sql in ours[1:])  # lookup and insert name the key, inlined
+
+
+def test_off_nothing_is_prepared(settings: Any) -> None:
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = False
+    first_executions()
+    assert prepared_here() == []
+
+
+def test_default_leaves_a_transaction_pooled_database_alone() -> None:
+    """``DISABLE_SERVER_SIDE_CURSORS = True``: how Django says "PgBouncer, transaction mode"."""
+    settings_dict = connection.settings_dict
+    settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+    try:
+        first_executions()
+        assert prepared_here() == []
+    finally:
+        settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = False
