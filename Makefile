@@ -53,6 +53,7 @@ first-contact: install
 	$(PY) -m pytest -p no:randomly -m packaging tests/packaging
 
 bench: install
+	DATABASE_URL=$(PG_URL) $(PY) -m bench.added
 	DATABASE_URL=$(PG_URL) $(PY) -m bench
 
 stress: install

@@ -70,6 +70,20 @@ def _post(path: str, key: str | None = None, replayed: bool = False) -> Sample:
     return sample
 
 
+def _ping() -> Sample:
+    """A request that reaches a view and touches no database: Django's own share."""
+    from django.test import Client
+
+    client = Client()
+
+    def sample() -> float:
+        started = time.perf_counter()
+        assert client.get("/ping/").status_code == 204
+        return time.perf_counter() - started
+
+    return sample
+
+
 def _with(setup: Callable[[], Callable[[], None]], sample: Sample) -> Sample:
     """``sample`` with a switch flipped around it (``setup`` returns the undo)."""
 
@@ -81,6 +95,21 @@ def _with(setup: Callable[[], Callable[[], None]], sample: Sample) -> Sample:
             undo()
 
     return wrapped
+
+
+def _both(
+    first: Callable[[], Callable[[], None]], second: Callable[[], Callable[[], None]]
+) -> Callable[[], Callable[[], None]]:
+    def setup() -> Callable[[], None]:
+        undo_first, undo_second = first(), second()
+
+        def undo() -> None:
+            undo_second()
+            undo_first()
+
+        return undo
+
+    return setup
 
 
 def _inserting_claim() -> Callable[[], None]:
@@ -129,11 +158,15 @@ def cases(url: str, conns: list[psycopg.Connection[tuple[object, ...]]]) -> dict
         "floor_prepared": _floor(floor_conn, client_side=False),
         "plain": _post("/unprotected/"),
         "autocommit": _post("/autocommit/"),
+        "ping": _ping(),
         "lock": _with(_prepared(True), _post("/lock/")),
         "lock_unprepared": _with(_prepared(False), _post("/lock/")),
         "lock_inserting": _with(_inserting_claim, _post("/lock/")),
         "lease": _post("/lease/"),
-        "replay": _post("/lock/", replay_key, replayed=True),
+        "replay": _with(_prepared(True), _post("/lock/", replay_key, replayed=True)),
+        "replay_020": _with(
+            _both(_inserting_claim, _prepared(False)), _post("/lock/", replay_key, replayed=True)
+        ),
         "drf_plain": _post("/drf/plain/"),
         "drf_lock": _post("/drf/lock/"),
     }
@@ -156,7 +189,8 @@ def report(series: dict[str, Series]) -> str:
         ("lock, no prepared statements", round_diff("lock_unprepared", "plain")),
         ("lock, 0.2.0's inserting claim", round_diff("lock_inserting", "plain")),
         ("lease", round_diff("lease", "plain")),
-        ("replay (lock), whole request", Series([[m] for m in series["replay"].medians()])),
+        ("replay (lock), over an empty request", round_diff("replay", "ping")),
+        ("replay, 0.2.0's claim, over an empty request", round_diff("replay_020", "ping")),
         ("DRF mixin over plain DRF view", round_diff("drf_lock", "drf_plain")),
         ("lock view over plain view (as DRF's)", round_diff("lock", "autocommit")),
     ]

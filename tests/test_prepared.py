@@ -38,9 +38,9 @@ def lock(settings: Any) -> None:
 def test_on_by_default_the_claim_and_the_answer_are_prepared() -> None:
     first_executions()
     statements = prepared_here()
-    assert any("pg_try_advisory_xact_lock" in s for s in statements), statements
+    assert any("idempotency_django_claim(" in s for s in statements), statements
     assert any(s.lstrip().startswith("INSERT") for s in statements), statements
-    assert len(statements) == 3  # lock, lookup, insert: once each, however many requests
+    assert len(statements) == 2  # the claim, the insert: once each, however many requests
 
 
 def test_each_prepared_statement_is_still_captured_with_its_values() -> None:
@@ -48,8 +48,8 @@ def test_each_prepared_statement_is_still_captured_with_its_values() -> None:
     with CaptureQueriesContext(connection) as captured:
         assert post(Client(), "/charges/", key).status_code == 201
     ours = [q["sql"] for q in captured.captured_queries if "idempotency" in q["sql"]]
-    assert len(ours) == 3
-    assert all(key in sql for sql in ours[1:])  # lookup and insert name the key, inlined
+    assert len(ours) == 2
+    assert all(key in sql for sql in ours)  # the claim and the insert name the key, inlined
 
 
 def test_off_nothing_is_prepared(settings: Any) -> None:
@@ -67,3 +67,19 @@ def test_default_leaves_a_transaction_pooled_database_alone() -> None:
         assert prepared_here() == []
     finally:
         settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = False
+
+
+def test_a_server_side_binding_connection_claims_through_the_function(settings: Any) -> None:
+    """``OPTIONS["server_side_binding"]``: one statement per query, so no two-statement query."""
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = False
+    options = connection.settings_dict["OPTIONS"]
+    connection.settings_dict["OPTIONS"] = {**options, "server_side_binding": True}
+    connection.close()
+    try:
+        key = new_key()
+        client = Client()
+        assert post(client, "/charges/", key).status_code == 201
+        assert post(client, "/charges/", key)["Idempotent-Replayed"] == "true"
+    finally:
+        connection.settings_dict["OPTIONS"] = options
+        connection.close()

@@ -56,10 +56,10 @@ def client() -> Client:
     return Client(raise_request_exception=False)
 
 
-# "lock" runs under each claim form (store.readonly): read-only with its two
-# statements prepared (then sent one after the other: two round trips),
+# "lock" runs under each claim form (store.readonly): read-only prepared (one
+# call of the migration's function),
 # read-only unprepared (both in one query), and 0.2.0's inserting claim.
-LOCK_FORMS = {"lock": ["claim", "read"], "lock-unprepared": ["claim"], "lock-inserting": ["claim"]}
+LOCK_FORMS = {"lock": ["claim"], "lock-unprepared": ["claim"], "lock-inserting": ["claim"]}
 _form: dict[str, list[str]] = {"claim": ["claim"]}
 
 
@@ -116,8 +116,10 @@ def kind(sql: str) -> str:
     text = sql.strip()
     if text.upper() in TRANSACTION_CONTROL:
         return text.upper()
-    if "advisory_xact_lock" in text and not text.upper().startswith("WITH"):
-        return "claim"  # the read-only claim: its lock (and lookup, unless prepared)
+    if "idempotency_django_claim(" in text or (
+        "advisory_xact_lock" in text and not text.upper().startswith("WITH")
+    ):
+        return "claim"  # the read-only claim: its function, or its lock and lookup
     if _ENTRIES not in text:
         return "view"
     verb = text.split(None, 1)[0].upper()

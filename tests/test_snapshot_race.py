@@ -62,9 +62,12 @@ def race(key: str, body: dict[str, Any]) -> Any:
     return duplicate.join()
 
 
+@pytest.mark.parametrize("prepared", [True, False], ids=["function", "two-statements"])
 def test_a_duplicate_granted_the_lock_replays_what_the_holder_committed(
-    read_only_claim: None,
+    read_only_claim: None, settings: Any, prepared: bool
 ) -> None:
+    """Both read-only forms: the migration's function (prepared) and two statements in a query."""
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = prepared
     key = new_key()
     response = race(key, {"amount": 100, "reference": key})
     assert response.status_code == 201
@@ -88,9 +91,10 @@ def _one_statement(conn: Any, blocking: bool, bounded: bool) -> str:
 
 
 def test_the_race_tells_the_one_statement_form_apart(
-    read_only_claim: None, monkeypatch: pytest.MonkeyPatch
+    read_only_claim: None, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     """The test above can fail: with the one-statement claim the duplicate does not replay."""
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = False
     monkeypatch.setattr(readonly, "claim_sql", _one_statement)
     monkeypatch.setattr(sql, "_SQL", {})
     key = new_key()

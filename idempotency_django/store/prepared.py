@@ -76,6 +76,11 @@ def _wrap(conn: BaseDatabaseWrapper, raw: _Prepared) -> CursorWrapper:
     return _Debug(raw, conn) if conn.queries_logged else CursorWrapper(raw, conn)
 
 
+def server_side_binding(conn: BaseDatabaseWrapper) -> bool:
+    """Whether Django's own cursors on ``conn`` bind server-side (one statement per query)."""
+    return bool(conn.settings_dict.get("OPTIONS", {}).get("server_side_binding"))
+
+
 @contextmanager
 def cursor(conn: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
     """A cursor of ``conn`` whose statements are prepared, as visible as Django's own."""
@@ -91,4 +96,4 @@ def cursor(conn: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
         yield wrapped
 
 
-__all__ = ["cursor", "enabled"]
+__all__ = ["cursor", "enabled", "server_side_binding"]

@@ -84,18 +84,17 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
     conn = connections[target.using]
     blocking = wait >= _MIN_WAIT
     lock_params: list[Any] = [target.lock_text, *pg.idle_params(target)[: int(bounded)]]
-    if not blocking and prepared.enabled(conn):
-        # Server-side binding takes one statement per execute: two round trips,
-        # both statements parsed and planned once per connection. Measured
-        # faster than one unprepared query holding both, and than pipelining
-        # the two (psycopg's pipeline mode costs more than the round trip saved).
-        lock = cached_sql(conn, f"ro-lock:{bounded}", lambda: lock_sql(bounded))
-        lookup = cached_sql(conn, "ro-lookup", lambda: lookup_sql(conn))
-        with prepared.cursor(conn) as cursor:
-            cursor.execute(lock, lock_params)
-            got = bool(cursor.fetchone()[0])
-            cursor.execute(lookup, [target.tenant, target.key])
-            row = cursor.fetchone()
+    prepare = prepared.enabled(conn)
+    if prepare or prepared.server_side_binding(conn):
+        # A query bound server-side holds one statement: the function (migration
+        # 0004) runs both, lock then lookup, in one call (prepared, or not).
+        sql = cached_sql(conn, "ro-function", function_sql)
+        idle = int(pg.idle_params(target)[0]) if bounded else None
+        wait_ms = max(1, int(wait * 1000)) if blocking else 0
+        with prepared.cursor(conn) if prepare else conn.cursor() as cursor:
+            cursor.execute(sql, [target.lock_text, wait_ms, idle, target.tenant, target.key])
+            got, *found = cursor.fetchone()
+        row = None if found[0] is None else found
     else:
         name = f"ro-claim:{blocking}:{bounded}"
         sql = cached_sql(conn, name, lambda: claim_sql(conn, blocking, bounded))
@@ -115,6 +114,14 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
     if not got and (seen.response is None or seen.dead):
         return BUSY  # a final answer can be replayed (or refused) whoever holds the lock
     return seen
+
+
+FUNCTION = "idempotency_django_claim"
+
+
+def function_sql() -> str:
+    """The claim as one call of the migration's function: lock, then lookup, inside it."""
+    return f"SELECT * FROM {FUNCTION}({pg.LOCK_ID}, %s, %s, %s, %s)"
 
 
 def lock_sql(bounded: bool) -> str:
