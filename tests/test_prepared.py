@@ -83,3 +83,25 @@ def test_a_server_side_binding_connection_claims_through_the_function(settings: 
     finally:
         connection.settings_dict["OPTIONS"] = options
         connection.close()
+
+
+def test_before_migration_0004_the_claim_still_works() -> None:
+    """Code deployed before ``migrate``: no function yet, the two statements instead."""
+    from idempotency_django.store import readonly
+
+    signature = "idempotency_django_claim(bigint, integer, integer, text, text)"
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER FUNCTION {signature} RENAME TO idempotency_django_claim_away")
+    readonly._functions.clear()
+    try:
+        key, client = new_key(), Client()
+        assert post(client, "/charges/", key).status_code == 201
+        assert post(client, "/charges/", key)["Idempotent-Replayed"] == "true"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "ALTER FUNCTION idempotency_django_claim_away(bigint, integer, integer, text, text)"
+                " RENAME TO idempotency_django_claim"
+            )
+        readonly._functions.clear()
+    assert post(Client(), "/charges/", new_key()).status_code == 201

@@ -85,7 +85,16 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
     blocking = wait >= _MIN_WAIT
     lock_params: list[Any] = [target.lock_text, *pg.idle_params(target)[: int(bounded)]]
     prepare = prepared.enabled(conn)
-    if prepare or prepared.server_side_binding(conn):
+    server_side = prepare or prepared.server_side_binding(conn)
+    if server_side and not _has_function(conn):
+        # Migration 0004 not applied yet (a deploy running code before migrate):
+        # the two statements, one round trip each, bound as the connection binds.
+        with conn.cursor() as cursor:
+            cursor.execute(lock_sql(bounded), lock_params)
+            got = bool(cursor.fetchone()[0])
+            cursor.execute(lookup_sql(conn), [target.tenant, target.key])
+            row = cursor.fetchone()
+    elif server_side:
         # A query bound server-side holds one statement: the function (migration
         # 0004) runs both, lock then lookup, in one call (prepared, or not).
         sql = cached_sql(conn, "ro-function", function_sql)
@@ -121,7 +130,28 @@ FUNCTION = "idempotency_django_claim"
 
 def function_sql() -> str:
     """The claim as one call of the migration's function: lock, then lookup, inside it."""
-    return f"SELECT * FROM {FUNCTION}({pg.LOCK_ID}, %s, %s, %s, %s)"
+    return f"SELECT * FROM {FUNCTION}({pg.LOCK_ID}, %s::integer, %s::integer, %s::text, %s::text)"
+
+
+_functions: set[str] = set()  # aliases known to have it (this process)
+
+
+def _has_function(conn: BaseDatabaseWrapper) -> bool:
+    """Whether migration 0004's function exists; asked until it does, then never again.
+
+    A catalog probe, sent on the raw connection: it says nothing about any key.
+    """
+    if conn.alias in _functions:
+        return True
+    conn.ensure_connection()
+    row = conn.connection.execute(
+        "SELECT to_regprocedure(%s) IS NOT NULL",
+        [f"{FUNCTION}(bigint, integer, integer, text, text)"],
+    ).fetchone()
+    if row is not None and row[0]:
+        _functions.add(conn.alias)
+        return True
+    return False
 
 
 def lock_sql(bounded: bool) -> str:
