@@ -101,7 +101,15 @@ class Options:
         cached: tuple[int, Policy] | None = self.__dict__.get("_compiled")
         if cached is not None and cached[0] == settings_module.generation:
             return cached[1]
-        policy = self._compile()
+        try:
+            # By value too: the DRF mixin builds equal Options on every request.
+            policy = _COMPILED.get(self)
+            if policy is None:
+                if len(_COMPILED) >= 1024:  # options built per request with new callables
+                    _COMPILED.clear()
+                policy = _COMPILED[self] = self._compile()
+        except TypeError:  # an unhashable option (a callable object): compiled each time
+            policy = self._compile()
         object.__setattr__(self, "_compiled", (settings_module.generation, policy))
         return policy
 
@@ -123,6 +131,10 @@ class Options:
             wait=conf.WAIT if self.wait is None else self.wait,
             meta_header=meta_name(header),
         )
+
+
+_COMPILED: dict[Options, Policy] = {}
+settings_module.compiled(_COMPILED.clear)
 
 
 def meta_name(header: str) -> str:
