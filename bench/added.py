@@ -123,15 +123,12 @@ def _prepared(on: bool) -> Callable[[], Callable[[], None]]:
     def setup() -> Callable[[], None]:
         from django.conf import settings
 
-        from idempotency_django.conf import settings_changed
-
+        # Read per request (not compiled): no setting_changed, so nothing else recompiles.
         before = getattr(settings, "IDEMPOTENCY_PREPARED_STATEMENTS", None)
         settings.IDEMPOTENCY_PREPARED_STATEMENTS = on
-        settings_changed()
 
         def undo() -> None:
             settings.IDEMPOTENCY_PREPARED_STATEMENTS = before
-            settings_changed()
 
         return undo
 
