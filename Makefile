@@ -36,6 +36,7 @@ test-sqlite: install
 
 test-postgres: install
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_CLAIM=inserting $(PY) -m coverage run -p -m pytest tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy idempotency_django tests sample_project bench

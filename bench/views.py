@@ -9,6 +9,7 @@ transaction and the difference is the protocol's work.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import transaction
@@ -100,7 +101,7 @@ def ping(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-def _drf_views() -> tuple[object, object]:
+def _drf_views() -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse]]:
     """A plain DRF view and the same one with ``IdempotentMixin``: the mixin's own cost."""
     from rest_framework.parsers import JSONParser
     from rest_framework.renderers import JSONRenderer
