@@ -44,6 +44,7 @@ test-sqlite: install
 
 test-postgres: install
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_CLAIM=inserting $(PY) -m coverage run -p -m pytest tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
 
 # The suite on MariaDB (or MySQL 8): "lease" only, the races and crash tests included.
 test-mariadb: install
@@ -70,6 +71,7 @@ first-contact: install
 	$(PY) -m pytest -p no:randomly -m packaging tests/packaging --ignore tests/packaging/test_docs_clean_env.py
 
 bench: install
+	DATABASE_URL=$(PG_URL) $(PY) -m bench.added
 	DATABASE_URL=$(PG_URL) $(PY) -m bench
 
 stress: install

@@ -15,6 +15,8 @@ urlpatterns: list[URLPattern] = [
     path("held/lock/", views.held_lock),
     path("held/lease/", views.held_lease),
     path("ping/", views.ping),
+    path("drf/plain/", views.drf_plain),
+    path("drf/lock/", views.drf_lock),
 ]
 if views.lock_enqueue is not None:
     urlpatterns.append(path("enqueue/", views.lock_enqueue))

@@ -9,6 +9,7 @@ transaction and the difference is the protocol's work.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import transaction
@@ -98,3 +99,33 @@ lock_enqueue = idempotent(protocol="lock")(enqueuing) if OUTBOX else None
 def ping(request: HttpRequest) -> HttpResponse:
     """Readiness of the server, without touching the database."""
     return HttpResponse(status=204)
+
+
+def _drf_views() -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse]]:
+    """A plain DRF view and the same one with ``IdempotentMixin``: the mixin's own cost."""
+    from rest_framework.parsers import JSONParser
+    from rest_framework.renderers import JSONRenderer
+    from rest_framework.request import Request
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from idempotency_django.rest_framework import IdempotentMixin
+
+    class Plain(APIView):
+        authentication_classes = ()
+        permission_classes = ()
+        renderer_classes = (JSONRenderer,)
+        parser_classes = (JSONParser,)
+
+        def post(self, request: Request) -> Response:
+            reference = request.headers.get("Idempotency-Key", "")
+            charge = Charge.objects.create(reference=reference, amount=100)
+            return Response({"id": charge.pk, "amount": charge.amount}, status=201)
+
+    class Protected(IdempotentMixin, Plain):
+        idempotency_protocol = "lock"
+
+    return Plain.as_view(), Protected.as_view()
+
+
+drf_plain, drf_lock = _drf_views()

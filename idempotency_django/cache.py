@@ -5,9 +5,10 @@ After an error the alias is left alone for ``PAUSE`` seconds (per process): a
 frozen Redis then costs one socket timeout per pause, not one or two per
 request, and one warning instead of a flood.
 
-A first execution pays a GET (the miss) and a SET (after the commit); during a
-WSGI request the SET is sent once the response has gone out, so the client
-waits for the GET alone. On django-redis both go straight to its redis-py
+A first execution pays one GET (the miss) and nothing else: most keys are never
+retried, so the answer is cached by the first replay from the database (a SET
+after that replay; during a WSGI request, once the response has gone out, so
+the client waits for the GET alone). On django-redis both go straight to its redis-py
 client (one command each, the SET with ``PX`` so the lifetime keeps its
 milliseconds), skipping the cache API's per-call layers; any other backend
 goes through Django's cache API. The answer

@@ -224,6 +224,17 @@ def check_idle_timeout(value: Any) -> list[CheckMessage]:
     )
 
 
+def check_prepared_statements(value: Any) -> list[CheckMessage]:
+    if value is None or isinstance(value, bool):
+        return []
+    return _error(
+        "E030",
+        f"IDEMPOTENCY_PREPARED_STATEMENTS must be True, False or None, got {value!r}.",
+        "None (the default) prepares them except on databases with "
+        "DISABLE_SERVER_SIDE_CURSORS = True (a transaction-pooling PgBouncer).",
+    )
+
+
 def check_autocommit(alias: str, autocommit: Any) -> list[CheckMessage]:
     if autocommit is not False:
         return []
@@ -382,6 +393,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_WAIT", check_wait),
     ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
     ("IDEMPOTENCY_SECRET", check_secret),
+    ("IDEMPOTENCY_PREPARED_STATEMENTS", check_prepared_statements),
 )
 
 

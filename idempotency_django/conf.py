@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
@@ -120,5 +121,31 @@ class Settings:
     def ERROR_FORMAT(self) -> str:
         return str(getattr(settings, "IDEMPOTENCY_DRF_ERROR_FORMAT", "problem"))
 
+    @property
+    def PREPARED_STATEMENTS(self) -> bool | None:
+        """``None``: on, except for a database with ``DISABLE_SERVER_SIDE_CURSORS``."""
+        value = getattr(settings, "IDEMPOTENCY_PREPARED_STATEMENTS", None)
+        return None if value is None else bool(value)
+
 
 conf = Settings()
+
+# What is computed from settings once, not per request (a policy, HMAC keys):
+# forgotten whenever a setting changes (override_settings, the test client's settings).
+_compiled: list[Callable[[], None]] = []
+generation = 0  # bumped on every setting change: a compiled value records the one it saw
+
+
+def compiled(clear: Callable[[], None]) -> None:
+    """Register ``clear``: called whenever a setting changes."""
+    _compiled.append(clear)
+
+
+def settings_changed(**kwargs: Any) -> None:
+    global generation
+    generation += 1
+    for clear in _compiled:
+        clear()
+
+
+setting_changed.connect(settings_changed, dispatch_uid="idempotency_django.conf.compiled")

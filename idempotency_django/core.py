@@ -39,6 +39,12 @@ from idempotency_django.responses import StoredResponse, is_final, require_plain
 from idempotency_django.store.sql import Target
 
 logger = logging.getLogger("idempotency_django")
+# Set (True) on a response whose view marked the claim's transaction for rollback
+# but whose answer is final all the same (the DRF mixin's exception handler
+# answering a handler's IntegrityError): the writes roll back, the answer is
+# then stored in a transaction of its own. A plain view's rollback mark means
+# "transient" and stores nothing.
+STORE_AFTER_ROLLBACK = "_idempotency_store_after_rollback"
 ViewCall = Callable[[], HttpResponse]
 TenantOf = Callable[[], object]
 TENANT_MAX_LENGTH = IdempotencyEntry._meta.get_field("tenant").max_length or 255
@@ -166,13 +172,18 @@ def _keyed(
         seen.skip = True
         return _refusals_inside(call_view)()
     context._fingerprint = keyed(policy.fingerprint(request))
-    seen.key_digest = signals.key_digest(tenant, context.key)
+    seen.key = (tenant, context.key)
     return run(context, policy, _checked(call_view, tenant_of, tenant), seen)
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
     """The parsed key; ``None`` if absent and optional; raises when absent and required."""
-    raw = extracted(policy.key, request) if policy.key else request.headers.get(policy.header)
+    if policy.key:
+        raw = extracted(policy.key, request)
+    elif policy.meta_header:
+        raw = request.META.get(policy.meta_header)  # request.headers builds a dict of all
+    else:
+        raw = request.headers.get(policy.header)
     if raw is None:
         if policy.required:
             where = "an idempotency key" if policy.key else f"the {policy.header} header"
@@ -218,7 +229,8 @@ def run(
             if slot.replay is None:
                 return _execute(context, policy, slot, call_view)
     except _Discard as discard:
-        seen.executed(stored=False)
+        stored = discard.store and _store_alone(context, policy, target, discard.response)
+        seen.executed(stored=stored)
         return discard.response
     assert slot.replay is not None
     seen.replayed("database")
@@ -232,13 +244,15 @@ def _execute(
     """Inside the claim's transaction: run the view, keep its answer if it is final."""
     with databases.watching(policy.database):
         response = require_plain(call_view())
-    if not _stored(response) or transaction.get_rollback(using=policy.database):
-        # Transient, a refusal, or the view marked its transaction for rollback.
-        raise _Discard(response)
+    if not _stored(response):
+        raise _Discard(response)  # transient, or a refusal
+    if transaction.get_rollback(using=policy.database):
+        # The view marked its transaction for rollback: transient, unless it says otherwise.
+        raise _Discard(response, store=getattr(response, STORE_AFTER_ROLLBACK, False))
     stored = StoredResponse.from_response(response)
     slot.record(status_of(stored), stored)
-    assert context._fingerprint is not None
-    _cache_on_commit(context, policy, context._fingerprint.current, stored, slot)
+    # Not cached now: most keys are never retried, and a SET per first execution
+    # would cost every request. The first replay from the database fills the cache.
     return response
 
 
@@ -340,12 +354,32 @@ def _replay(context: IdempotencyContext, stored: StoredResponse) -> HttpResponse
     return stored.to_response()
 
 
+def _store_alone(
+    context: IdempotencyContext, policy: Policy, target: Target, response: HttpResponse
+) -> bool:
+    """Claim the key again and store ``response`` alone; whether it was stored.
+
+    Its view's writes have rolled back (and the claim with them): if another
+    request has taken the key meanwhile, this answer is given unstored.
+    """
+    assert context._fingerprint is not None
+    stored = StoredResponse.from_response(response)
+    try:
+        with claimed(target, policy.protocol, 0, context._fingerprint.matches) as slot:
+            if slot.replay is None:
+                slot.record(status_of(stored), stored)
+                return True
+    except IdempotencyError:
+        pass
+    return False
+
+
 class _Discard(Exception):
     """Leaves the atomic block so the view's writes roll back, keeping its response."""
 
-    def __init__(self, response: HttpResponse) -> None:
+    def __init__(self, response: HttpResponse, store: bool = False) -> None:
         super().__init__(response.status_code)
-        self.response = response
+        self.response, self.store = response, store
 
 
 @contextmanager

@@ -29,12 +29,13 @@ from idempotency_django import signals
 from idempotency_django.exceptions import KeyReused, RequestInProgress, StoreUnavailable
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
-from idempotency_django.store import PROTOCOLS, mysql, pg
+from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly
 from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
 from idempotency_django.store.sql import record as record_answer
 
 _LOOKS = 3  # how often a row that vanished or isn't visible yet is looked for again
 _POLL_FIRST, _POLL_MAX = 0.01, 0.25
+RETRY_AFTER_MAX = 60  # seconds: the most a 409's Retry-After asks a client to wait
 Matches = Callable[[str], bool]
 logger = logging.getLogger("idempotency_django")
 
@@ -56,7 +57,9 @@ class Run:
     def record(self, status: str, answer: StoredResponse) -> None:
         """Store the final answer in the body's transaction (fenced on the claim's owner)."""
         assert self._claim is not None, "record() is for a run that holds the claim"
-        if not record_answer(self._claim, status, answer, self._ttl):
+        if isinstance(self._claim, readonly.Pending):
+            readonly.record(self._claim, status, answer, self._ttl)
+        elif not record_answer(self._claim, status, answer, self._ttl):
             raise RuntimeError("idempotency claim lost while its row lock was held")
         self._recorded_at = time.monotonic()
 
@@ -92,13 +95,16 @@ def claimed(
     except (OperationalError, InterfaceError) as exc:
         if run.running:
             raise
-        raise translate(exc) from exc
+        raise translate(exc, waited=wait) from exc
 
 
-def translate(exc: OperationalError | InterfaceError) -> RequestInProgress | StoreUnavailable:
+def translate(
+    exc: OperationalError | InterfaceError, waited: float = 0.0
+) -> RequestInProgress | StoreUnavailable:
     """The client error a database error met while claiming stands for."""
     if pg.sqlstate(exc) in pg.BUSY_STATES or mysql.busy(exc):
-        return RequestInProgress()  # another transaction is at this key: retry later
+        # Another transaction is at this key (and kept it for ``waited``): retry later.
+        return RequestInProgress(retry_after=_bounded_retry(waited))
     if "database is locked" in str(exc):
         logger.warning(
             "idempotency store busy: SQLite lock contention (%s); see the SQLite settings "
@@ -114,12 +120,15 @@ def _in_transaction(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    own = not connections[target.using].in_atomic_block  # a caller's transaction stays open
+    conn = connections[target.using]
+    own = not conn.in_atomic_block  # a caller's transaction stays open
     deadline = time.monotonic() + wait
+    read_only = proto is lock and readonly.usable(conn, own)
     while True:
         try:
             with transaction.atomic(using=target.using):
-                claim = _acquire(proto, target, run, deadline, matches, bounded, restart=own)
+                look = _looker(proto, target, bounded, deadline, read_only)
+                claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
                 if claim is not None:
                     run._claim, run.running = claim, True
                     yield run
@@ -145,7 +154,8 @@ def _claim_first(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
     bounded = _bounded(target)
-    claim = _acquire(proto, target, run, time.monotonic() + wait, matches, bounded)
+    look = _looker(proto, target, bounded, 0.0, read_only=False)
+    claim = _acquire(proto, target, run, time.monotonic() + wait, matches, look)
     if claim is None:
         run.running = True
         yield run
@@ -175,7 +185,7 @@ def _acquire(
     run: Run,
     deadline: float,
     matches: Matches,
-    bounded: bool,
+    look: Callable[[], Found],
     restart: bool = False,
 ) -> Claim | None:
     """Our claim, or ``None`` with ``run.replay`` set; raises 409 (at ``deadline``) or 422.
@@ -185,7 +195,7 @@ def _acquire(
     started, looks, waited_before = time.monotonic(), 0, run.waited_seconds
     try:
         while True:
-            found = _claim_or_take_over(proto, target, bounded)
+            found = _claim_or_take_over(proto, target, look)
             if isinstance(found, Claim) or _replayable(found, run, matches):
                 return found if isinstance(found, Claim) else None
             if found is None and looks < _LOOKS:
@@ -193,12 +203,36 @@ def _acquire(
                 continue
             if restart:
                 if deadline <= time.monotonic():
-                    raise RequestInProgress()
+                    raise RequestInProgress(retry_after=retry_after(target, found, run))
                 raise _Restart(found)
             _wait(target, found, deadline, run)
             looks = 0
     finally:
         run.claim_seconds += time.monotonic() - started - (run.waited_seconds - waited_before)
+
+
+def retry_after(target: Target, found: Found, run: Run) -> int:
+    """The 409's ``Retry-After``: how long the holder has held the key, up to its lease's end.
+
+    A holder that has run ``a`` seconds is asked about again after about ``a``
+    more, so that retries back off geometrically: against a holder that died
+    with its lease (``"lease"``), a client obeying it retries a handful of times
+    instead of once a second until the lease passes. The holder's age is read
+    from its entry (its time to live left, against this key's TTL); a
+    ``"lock"`` holder writes no entry, and is alive by construction (a dead
+    one's rollback frees the key at once), so only the time this request
+    already waited counts.
+    """
+    guess = run.waited_seconds
+    if isinstance(found, Existing) and found.response is None and not found.dead:
+        age = target.ttl.total_seconds() - found.remaining
+        lease_left = target.lease.total_seconds() - age
+        guess = max(guess, min(age, lease_left))
+    return _bounded_retry(guess)
+
+
+def _bounded_retry(seconds: float) -> int:
+    return max(1, min(RETRY_AFTER_MAX, round(seconds)))
 
 
 def _replayable(found: Found, run: Run, matches: Matches) -> bool:
@@ -217,7 +251,7 @@ def _wait(target: Target, found: Found, deadline: float, run: Run) -> None:
     """Wait a while for the key's holder (never past ``deadline``), else raise 409."""
     left = deadline - time.monotonic()
     if left <= 0:
-        raise RequestInProgress()
+        raise RequestInProgress(retry_after=retry_after(target, found, run))
     begun = time.monotonic()
     if found is BUSY and is_postgres(connections[target.using]):
         pg.wait_for_lock(target, left)  # wakes when the holder commits or rolls back
@@ -227,8 +261,17 @@ def _wait(target: Target, found: Found, deadline: float, run: Run) -> None:
     run.waited_seconds += time.monotonic() - begun
 
 
-def _claim_or_take_over(proto: ModuleType, target: Target, bounded: bool) -> Found:
-    found: Found = proto.claim(target, bounded)
+def _looker(
+    proto: ModuleType, target: Target, bounded: bool, deadline: float, read_only: bool
+) -> Callable[[], Found]:
+    """One claim attempt: the read-only claim where it holds, else the protocol's own."""
+    if read_only:
+        return lambda: readonly.claim(target, bounded, deadline - time.monotonic())
+    return lambda: proto.claim(target, bounded)
+
+
+def _claim_or_take_over(proto: ModuleType, target: Target, look: Callable[[], Found]) -> Found:
+    found = look()
     if isinstance(found, Existing) and found.dead:
         taken = proto.take_over(target)
         if taken is not None and found.response is None:

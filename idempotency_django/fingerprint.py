@@ -34,9 +34,11 @@ from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.http.request import RawPostDataException
 from django.utils.crypto import salted_hmac
 from django.utils.datastructures import MultiValueDict
+from django.utils.encoding import force_bytes
 from django.utils.http import parse_header_parameters
 
 from idempotency_django.canonical import Hash, feed, json_digest, value_digest
+from idempotency_django.conf import compiled
 
 Fingerprinter = Callable[[HttpRequest], str]
 Form: TypeAlias = "tuple[QueryDict, MultiValueDict[str, UploadedFile[bytes]]]"
@@ -94,9 +96,31 @@ def keyed(digest: str) -> Keyed:
     Store ``current``; compare with ``matches``: a fingerprint stored before a
     rotation still matches while its key is among the fallbacks.
     """
-    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
-    hashes = [_hmac(digest, secret) for secret in secrets]
+    message = digest.encode("utf-8", "surrogatepass")
+    hashes = []
+    for prepared in _hmac_keys():
+        mac = prepared.copy()
+        mac.update(message)
+        hashes.append(mac.hexdigest())
     return Keyed(hashes[0], frozenset(hashes))
+
+
+_HMACS: list[hmac.HMAC] = []
+
+
+def _hmac_keys() -> list[hmac.HMAC]:
+    """One keyed HMAC per secret, ready to copy: ``salted_hmac``'s key derivation done once."""
+    if not _HMACS:
+        secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+        salt = _KEY_SALT.encode()
+        _HMACS.extend(
+            hmac.new(hashlib.sha256(salt + force_bytes(secret)).digest(), digestmod=hashlib.sha256)
+            for secret in secrets
+        )
+    return _HMACS
+
+
+compiled(_HMACS.clear)
 
 
 def arguments_digest(value: object) -> str:

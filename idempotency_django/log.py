@@ -32,9 +32,14 @@ _UID: Final = "idempotency_django.log"
 
 def connect() -> None:
     """Connect the receivers (idempotent: each has a ``dispatch_uid``)."""
-    signals.outcome.connect(on_outcome, dispatch_uid=f"{_UID}.outcome")
+    signals.connect_selective(signals.outcome, on_outcome, f"{_UID}.outcome", wants)
     signals.entry_reclaimed.connect(on_entry_reclaimed, dispatch_uid=f"{_UID}.reclaimed")
     signals.purge_finished.connect(on_purge_finished, dispatch_uid=f"{_UID}.purge")
+
+
+def wants(outcome: str) -> bool:
+    """Whether :func:`on_outcome` would log ``outcome`` at the logger's level now."""
+    return logger.isEnabledFor(LEVELS.get(outcome, logging.INFO))
 
 
 def on_outcome(sender: object, **fields: Any) -> None:

@@ -79,9 +79,9 @@ def lock_held(tenant: str, key: str, using: str) -> bool | None:
     conn = connections[using]
     if conn.vendor != "postgresql":
         return None
-    text = Target(using, tenant, key, "", timedelta(0), timedelta(0)).lock_text
+    lock_id = Target(using, tenant, key, "", timedelta(0), timedelta(0)).lock_id
     with conn.cursor() as cursor:
-        cursor.execute(_HELD.format(lock_id=pg.LOCK_ID), [text])
+        cursor.execute(_HELD.format(lock_id=pg.LOCK_ID), [lock_id])
         return bool(cursor.fetchone()[0])
 
 

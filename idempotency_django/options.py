@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.http import HttpRequest
 
+from idempotency_django import conf as settings_module
 from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
-from idempotency_django.databases import entries_alias
+from idempotency_django.databases import chooser, entries_alias, setting
 from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
 
 KeyExtractor = Callable[[HttpRequest], "str | None"]
@@ -98,10 +99,39 @@ class Options:
         )
 
     def resolve(self, request: HttpRequest | None = None) -> Policy:
-        """The settings in force for one request."""
-        database = entries_alias(self.database, request)
+        """The settings in force for one request: compiled once per settings change.
+
+        A database chosen per request (a callable) is the one part resolved each time.
+        """
+        policy = self._compiled()
+        if policy.chooser is None:
+            return policy
+        alias = entries_alias(policy.chooser, request)
+        return replace(policy, database=alias, protocol=protocol_for(alias, policy.wanted))
+
+    def _compiled(self) -> Policy:
+        cached: tuple[int, Policy] | None = self.__dict__.get("_compiled_policy")
+        if cached is not None and cached[0] == settings_module.generation:
+            return cached[1]
+        try:
+            # By value too: the DRF mixin builds equal Options on every request.
+            policy = _COMPILED.get(self)
+            if policy is None:
+                if len(_COMPILED) >= 1024:  # options built per request with new callables
+                    _COMPILED.clear()
+                policy = _COMPILED[self] = self._compile()
+        except TypeError:  # an unhashable option (a callable object): compiled each time
+            policy = self._compile()
+        object.__setattr__(self, "_compiled_policy", (settings_module.generation, policy))
+        return policy
+
+    def _compile(self) -> Policy:
+        chosen = chooser(setting() if self.database is None else self.database)
+        database = chosen if isinstance(chosen, str) else ""
+        wanted = self.protocol or conf.PROTOCOL
+        header = self.header or conf.HEADER
         return Policy(
-            header=self.header or conf.HEADER,
+            header=header,
             required=conf.REQUIRED if self.required is None else self.required,
             ttl=self.ttl or conf.TTL,
             lease=self.lease or conf.LEASE,
@@ -111,9 +141,22 @@ class Options:
             key_max_length=conf.KEY_MAX_LENGTH,
             key=self.key,
             fingerprint=self.fingerprint or request_fingerprint,
-            protocol=protocol_for(database, self.protocol or conf.PROTOCOL),
+            protocol=protocol_for(database, wanted) if database else "",
             wait=conf.WAIT if self.wait is None else self.wait,
+            meta_header=meta_name(header),
+            chooser=None if isinstance(chosen, str) else chosen,
+            wanted=wanted,
         )
+
+
+_COMPILED: dict[Options, Policy] = {}
+settings_module.compiled(_COMPILED.clear)
+
+
+def meta_name(header: str) -> str:
+    """Where Django's ``request.META`` keeps ``header`` (what ``request.headers`` reads)."""
+    name = header.upper().replace("-", "_")
+    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +175,10 @@ class Policy:
     fingerprint: Fingerprinter
     protocol: str = "lease"
     wait: float = 0.0
+    meta_header: str = ""  # ``header`` as a ``request.META`` key; "" to read ``headers``
+    # A database chosen per request: ``database`` and ``protocol`` are set by ``resolve``.
+    chooser: Callable[[HttpRequest], str] | None = None
+    wanted: str | None = None  # the protocol asked for (None: the database's default)
 
 
 def protocol_for(database: str, wanted: str | None) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import transaction
+from django.db import connections, transaction
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 
@@ -254,18 +254,20 @@ class IdempotentMixin(_Base):
         kwargs: dict[str, Any],
     ) -> HttpResponse:
         """Run the handler as dispatch() would, into a rendered, storable response."""
-        # One savepoint around the handler and its exception handler: a handler's
-        # IntegrityError, or DRF's set_rollback() (under ATOMIC_REQUESTS), undoes
-        # the handler's writes only, so the project's exception handler still
-        # answers, and its answer is stored with the claim.
-        with transaction.atomic(using=database):
-            try:
-                response = handler(request, *args, **kwargs)
-            except (*_NEVER_STORED, IdempotencyError):
-                raise  # an IdempotencyError here is an inner call's: the core fails the view
-            except Exception as exc:  # noqa: BLE001  (as dispatch() does)
-                # A non-API exception re-raises here: the core rolls back, frees the key.
-                response = self.handle_exception(exc)
+        # No savepoint (two round trips per request): a handler's IntegrityError,
+        # or DRF's set_rollback() (under ATOMIC_REQUESTS), marks the claim's whole
+        # transaction for rollback instead; the core then rolls the handler's
+        # writes back and stores the project's exception-handler answer in a
+        # transaction of its own (core.STORE_AFTER_ROLLBACK).
+        try:
+            response = handler(request, *args, **kwargs)
+        except (*_NEVER_STORED, IdempotencyError):
+            raise  # an IdempotencyError here is an inner call's: the core fails the view
+        except Exception as exc:  # noqa: BLE001  (as dispatch() does)
+            # A non-API exception re-raises here: the core rolls back, frees the key.
+            response = self.handle_exception(exc)
+        if connections[database].in_atomic_block and transaction.get_rollback(using=database):
+            setattr(response, core.STORE_AFTER_ROLLBACK, True)
         return require_plain(self.finalize_response(request, response, *args, **kwargs))  # type: ignore[arg-type]
 
     def _idempotency_error(self, error: IdempotencyError) -> HttpResponseBase:

@@ -28,13 +28,22 @@ import hmac
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from django.dispatch import Signal
 
 if TYPE_CHECKING:
     from idempotency_django.exceptions import IdempotencyError
-    from idempotency_django.execution import Run
+
+
+class Timings(Protocol):
+    """What an outcome reports of a claim (``execution.Run`` has it; no import needed)."""
+
+    protocol: str
+    claim_seconds: float
+    waited_seconds: float
+
 
 logger = logging.getLogger("idempotency_django")
 
@@ -60,6 +69,29 @@ cache_failed = Signal()
 #: A protected view wrote to another database than its entry's (production: it ran
 #: uncovered): ``alias`` written to, ``database`` holding the entry.
 uncovered_write = Signal()
+
+
+# Receivers that only act on some outcomes (the log's, below its level): by
+# dispatch_uid, whether they want a given outcome. An outcome nobody wants is
+# not built at all (no key digest, no send).
+_selective: dict[str, Callable[[str], bool]] = {}
+
+
+def connect_selective(
+    signal: Signal, receiver: Callable[..., Any], dispatch_uid: str, wants: Callable[[str], bool]
+) -> None:
+    """Connect ``receiver`` to :data:`outcome`-like ``signal``, telling which outcomes it wants."""
+    signal.connect(receiver, dispatch_uid=dispatch_uid)
+    _selective[dispatch_uid] = wants
+
+
+def wanted(name: str) -> bool:
+    """Whether any receiver of :data:`outcome` would act on an outcome called ``name``."""
+    for lookup_key, *_ in outcome.receivers:
+        wants = _selective.get(lookup_key[0]) if isinstance(lookup_key[0], str) else None
+        if wants is None or wants(name):
+            return True
+    return False
 
 
 def send(signal: Signal, sender: object, **kwargs: Any) -> None:
@@ -112,13 +144,14 @@ class Observation:
         key_digest: str | None = None,
     ) -> None:
         self.sender, self.method, self.route, self.key_digest = sender, method, route, key_digest
+        self.key: tuple[str, str] | None = None  # (tenant, key): digested only if sent
         self.started = time.monotonic()
         self.skip = False  # no key, optional: the request passed through unprotected
         self.outcome: str | None = None
         self.status: int | None = None
         self.stored: bool | None = None
         self.source: str | None = None
-        self.slot: Run | None = None  # the claim's timings, once one was tried
+        self.slot: Timings | None = None  # the claim's timings, once one was tried
 
     def replayed(self, source: str) -> None:
         self.outcome, self.source = REPLAYED, source
@@ -139,8 +172,10 @@ class Observation:
             self.executed(stored=True)
 
     def send(self) -> None:
-        if self.skip or self.outcome is None:
+        if self.skip or self.outcome is None or not wanted(self.outcome):
             return
+        if self.key_digest is None and self.key is not None:
+            self.key_digest = key_digest(*self.key)
         slot = self.slot
         send(
             outcome,

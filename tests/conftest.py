@@ -42,6 +42,23 @@ def reachable(host: str, port: int) -> bool:
     return True
 
 
+# "inserting" runs everything with the lock protocol's inserting claim (0.2.0's, still
+# used in a caller's transaction or above READ COMMITTED) where the read-only one
+# would run: both claim forms must pass every race, crash and state-machine proof.
+CLAIM_FORM = os.environ.get("IDEMPOTENCY_TEST_CLAIM", "read-only")
+if CLAIM_FORM not in ("read-only", "inserting"):
+    raise pytest.UsageError(
+        f'IDEMPOTENCY_TEST_CLAIM must be "read-only" or "inserting", got {CLAIM_FORM!r}.'
+    )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _claim_form() -> None:
+    from idempotency_django.store import readonly
+
+    readonly.ENABLED = CLAIM_FORM == "read-only"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in (
         "requires_postgres: runs only when DATABASE_URL points at PostgreSQL",

@@ -191,10 +191,13 @@ class Background:
 
 
 _WORKER = """
+import os
 import sys
 import django
 django.setup()
 from django.test import Client
+from idempotency_django.store import readonly
+readonly.ENABLED = os.environ.get("IDEMPOTENCY_TEST_CLAIM", "read-only") == "read-only"
 key, protocol, lease, work, body = sys.argv[1:6]
 headers = {"Idempotency-Key": key, "X-Protocol": protocol, "X-Work": work}
 if lease:

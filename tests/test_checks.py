@@ -49,6 +49,7 @@ def test_defaults_pass() -> None:
         ("IDEMPOTENCY_DATABASE", "elsewhere", "E008"),
         ("IDEMPOTENCY_CACHE", "nowhere", "E009"),
         ("IDEMPOTENCY_DRF_ERROR_FORMAT", "xml", "E010"),
+        ("IDEMPOTENCY_PREPARED_STATEMENTS", "yes", "E030"),
     ],
 )
 def test_each_bad_setting_has_its_own_id(setting: str, value: Any, check_id: str) -> None:
@@ -81,7 +82,9 @@ def test_check_ids_are_unique() -> None:
 
     found = re.findall(r'"(E\d{3})"', inspect.getsource(checks))
     assert len(found) == len(set(found))
-    assert {f"E{n:03}" for n in range(1, 17)} | {"E020", "E060", "E070", "E071"} <= set(found)
+    assert {f"E{n:03}" for n in range(1, 17)} | {"E020", "E030", "E060", "E070", "E071"} <= set(
+        found
+    )
 
 
 @pytest.mark.django_db  # Django 6.1's check command also checks the database.

@@ -130,15 +130,15 @@ def test_times_are_the_databases() -> None:
 def test_a_lock_protocol_request_in_flight_is_reported() -> None:
     import psycopg
 
-    from tests.lock_helpers import dsn, lock_text
+    from tests.lock_helpers import dsn, lock_id
 
     with pytest.raises(CommandError) as nothing_held:
         inspect("in-flight", "--tenant", "acme")
     assert "in flight" not in str(nothing_held.value)
     with psycopg.connect(dsn()) as holder:  # a transaction holding the key's lock
         holder.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [lock_text("in-flight", "acme")],
+            "SELECT pg_advisory_xact_lock(%s::bigint)",
+            [lock_id("in-flight", "acme")],
         )
         with pytest.raises(CommandError, match="A request holding its lock is in flight"):
             inspect("in-flight", "--tenant", "acme")

@@ -33,15 +33,21 @@ import pytest
 from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import path
 from django.utils import timezone
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.rest_framework import IdempotentMixin
 from idempotency_django.secret import server_secret
-from idempotency_django.store import lease, lock
+from idempotency_django.store import lease, lock, readonly
 from idempotency_django.store.sql import Claim, Target
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post
 from tests.lock_helpers import dsn, lock_id
+from tests.testapp.models import Charge
+from tests.testapp.views import charge as charge_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Status = IdempotencyEntry.Status
@@ -59,10 +65,29 @@ def client() -> Client:
     return Client(raise_request_exception=False)
 
 
-@pytest.fixture(params=["lease", pytest.param("lock", marks=pytest.mark.requires_postgres)])
-def protocol(request: pytest.FixtureRequest, settings: Any) -> str:
-    settings.IDEMPOTENCY_PROTOCOL = request.param
-    return str(request.param)
+# "lock" runs under each claim form (store.readonly): read-only prepared (one
+# call of the migration's function),
+# read-only unprepared (both in one query), and 0.2.0's inserting claim.
+LOCK_FORMS = {"lock": ["claim"], "lock-unprepared": ["claim"], "lock-inserting": ["claim"]}
+_form: dict[str, list[str]] = {"claim": ["claim"]}
+
+
+@pytest.fixture(
+    params=["lease", *(pytest.param(f, marks=pytest.mark.requires_postgres) for f in LOCK_FORMS)]
+)
+def protocol(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
+    form = str(request.param)
+    settings.IDEMPOTENCY_PROTOCOL = form.split("-")[0]
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = form != "lock-unprepared"
+    _form["claim"] = LOCK_FORMS.get(form, ["claim"])
+    enabled, readonly.ENABLED = readonly.ENABLED, form != "lock-inserting"
+    yield form.split("-")[0]
+    readonly.ENABLED = enabled
+
+
+def lock_claim() -> list[str]:
+    """The "lock" claim's statements under the form being run."""
+    return _form["claim"]
 
 
 class Statements:
@@ -105,9 +130,15 @@ def kind(sql: str) -> str:
     text = sql.strip()
     if text.upper() in TRANSACTION_CONTROL:
         return text.upper()
+    if "idempotency_django_claim(" in text or (
+        "advisory_xact_lock" in text and not text.upper().startswith("WITH")
+    ):
+        return "claim"  # the read-only claim: its function, or its lock and lookup
     if _ENTRIES not in text:
         return "view"
     verb = text.split(None, 1)[0].upper()
+    if verb == "INSERT" and "response_status" in text:
+        return "record"  # the read-only claim's one write: the finished entry
     if verb == "WITH" or verb == "INSERT":
         return "claim"
     if verb == "DELETE":
@@ -138,7 +169,7 @@ def claim_of(protocol: str) -> list[str]:
 def lookup(protocol: str) -> list[str]:
     """A claim that finds an entry: "lock" wraps it in the view's transaction (BEGIN …)."""
     if protocol == "lock":
-        return ["BEGIN", "claim"]
+        return ["BEGIN", *lock_claim()]
     return per_vendor(["claim"], ["read"], mysql=["claim", "read"])
 
 
@@ -159,8 +190,8 @@ def test_first_execution(client: Client, protocol: str) -> None:
         response = post(client, "/charges/", key)
     assert response.status_code == 201
     if protocol == "lock":
-        assert sent.kinds == ["BEGIN", "claim", "view", "record", "COMMIT"]
-        assert len(sent.ours) == 2
+        assert sent.kinds == ["BEGIN", *lock_claim(), "view", "record", "COMMIT"]
+        assert len(sent.ours) == 1 + len(lock_claim())
     else:
         assert sent.kinds == [*claim_of(protocol), "BEGIN", "lock", "view", "record", "COMMIT"]
         assert len(sent.ours) == (4 if connection.vendor == "sqlite" else 3)
@@ -180,7 +211,7 @@ def test_replay_from_the_database(client: Client, protocol: str) -> None:
         replay = post(client, "/charges/", key)
     assert replay.content == first.content
     assert replay["Idempotent-Replayed"] == "true"
-    assert len(sent.sql) == (2 if connection.vendor == "mysql" else 1)
+    assert len(sent.sql) == len([k for k in lookup(protocol) if k != "BEGIN"])
     assert sent.kinds == [*lookup(protocol), *(["COMMIT"] if protocol == "lock" else [])]
 
 
@@ -239,7 +270,7 @@ def test_transient_answer_rolls_back_and_releases(
         response = post(client, "/charges/", key, body)
     assert response.status_code >= 500
     if protocol == "lock":
-        assert sent.kinds == ["BEGIN", "claim", "view", "ROLLBACK"]
+        assert sent.kinds == ["BEGIN", *lock_claim(), "view", "ROLLBACK"]
     else:
         assert sent.kinds == [*claim_of(protocol), "BEGIN", "lock", "view", "ROLLBACK", "release"]
     assert charges(key) == 0
@@ -260,7 +291,7 @@ def test_takeover_of_an_abandoned_claim(client: Client, protocol: str) -> None:
         response = post(client, "/charges/", key)
     assert response.status_code == 201
     if protocol == "lock":
-        assert sent.kinds == ["BEGIN", "claim", "take_over", "view", "record", "COMMIT"]
+        assert sent.kinds == ["BEGIN", *lock_claim(), "take_over", "view", "record", "COMMIT"]
     else:
         take_over = per_vendor(
             ["claim", "take_over"],
@@ -318,3 +349,29 @@ def _synchronous_commit() -> str:
         row = cursor.fetchone()
     assert row is not None
     return str(row[0])
+
+
+class _DrfCharge(IdempotentMixin, APIView):
+    authentication_classes = ()
+    permission_classes = ()
+
+    def post(self, request: Any) -> Response:
+        Charge.objects.create(reference=request.headers.get("Idempotency-Key", ""), amount=100)
+        return Response({"ok": True}, status=201)
+
+
+urlpatterns = [path("drf/", _DrfCharge.as_view()), path("charges/", charge_view)]
+
+
+@pytest.mark.urls(__name__)
+def test_the_drf_mixin_sends_what_the_decorator_sends(client: Client, protocol: str) -> None:
+    """No SAVEPOINT/RELEASE around the handler: the same statements as a plain view.
+
+    (A handler's IntegrityError is still answered and stored: test_hardening item 7.)
+    """
+    with statements() as drf:
+        assert post(client, "/drf/", new_key()).status_code == 201
+    with statements() as plain:
+        assert post(client, "/charges/", new_key()).status_code == 201
+    assert not [q for q in drf.context.captured_queries if "SAVEPOINT" in q["sql"].upper()]
+    assert drf.kinds == plain.kinds

@@ -204,6 +204,8 @@ def test_replay_from_the_cache(client: Client, recorder: Recorder) -> None:
     key = new_key()
     post(client, "/charges/", key)
     expect(recorder.one_outcome(), outcome="executed", stored=True)
+    post(client, "/charges/", key)  # from the database, which fills the cache
+    expect(recorder.one_outcome(), outcome="replayed", source="database")
     assert post(client, "/charges/", key)["Idempotent-Replayed"] == "true"
     fields = recorder.one_outcome()
     expect(

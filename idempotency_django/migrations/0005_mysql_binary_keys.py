@@ -42,6 +42,6 @@ def forwards(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     atomic = False  # MySQL cannot roll DDL back; Django refuses DDL in a transaction there
-    dependencies = [("idempotency_django", "0003_secret")]
+    dependencies = [("idempotency_django", "0004_claim_function")]
 
     operations = [migrations.RunPython(forwards, migrations.RunPython.noop, elidable=False)]

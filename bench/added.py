@@ -1,0 +1,242 @@
+"""``python -m bench.added``: what protection adds to a first execution, over the floor.
+
+Every case runs interleaved with the others, round after round, in one process
+(Django's test client, no middleware), so that load from elsewhere hits them
+alike. Printed per case: the median added time (protected request minus the
+same request unprotected, in milliseconds) and that over the **floor**: psycopg
+alone sending ``INSERT … ON CONFLICT DO NOTHING`` and ``UPDATE`` on a
+UNIQUE(tenant, key) table in autocommit, bound client-side (as Django sends
+SQL), measured in the same rounds. The figure is the median over rounds of each
+round's median; the spread shows the noise.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python -m bench.added --rounds 5 --requests 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+import psycopg
+
+from bench import scratch
+from bench.measure import Sample, Series, sweep, timed
+from tests.system.harness import with_database
+
+BODY = json.dumps({"amount": 100})
+_FLOOR_TABLE = """CREATE TABLE IF NOT EXISTS bench_added_floor (
+    id bigserial PRIMARY KEY, tenant varchar(255) NOT NULL, key varchar(255) NOT NULL,
+    answer integer, UNIQUE (tenant, key))"""
+_CLAIM = "INSERT INTO bench_added_floor (tenant, key) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+_RECORD = "UPDATE bench_added_floor SET answer = 201 WHERE tenant = %s AND key = %s"
+
+
+def _floor(conn: psycopg.Connection[tuple[object, ...]], client_side: bool) -> Sample:
+    cursor = psycopg.ClientCursor(conn) if client_side else conn.cursor()
+
+    def sample() -> float:
+        params = ("bench", str(uuid.uuid4()))
+
+        def work() -> None:
+            cursor.execute(_CLAIM, params)
+            cursor.execute(_RECORD, params)
+
+        return timed(work)
+
+    return sample
+
+
+def _post(path: str, key: str | None = None, replayed: bool = False) -> Sample:
+    from django.test import Client
+
+    client = Client()
+
+    def sample() -> float:
+        k = key or str(uuid.uuid4())
+        started = time.perf_counter()
+        response = client.post(
+            path, BODY, content_type="application/json", headers={"Idempotency-Key": k}
+        )
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 201, (path, response.status_code, response.content)
+        assert (response.get("Idempotent-Replayed") == "true") == replayed, path
+        return elapsed
+
+    return sample
+
+
+def _ping() -> Sample:
+    """A request that reaches a view and touches no database: Django's own share."""
+    from django.test import Client
+
+    client = Client()
+
+    def sample() -> float:
+        started = time.perf_counter()
+        assert client.get("/ping/").status_code == 204
+        return time.perf_counter() - started
+
+    return sample
+
+
+def _with(setup: Callable[[], Callable[[], None]], sample: Sample) -> Sample:
+    """``sample`` with a switch flipped around it (``setup`` returns the undo)."""
+
+    def wrapped() -> float:
+        undo = setup()
+        try:
+            return sample()
+        finally:
+            undo()
+
+    return wrapped
+
+
+def _both(
+    first: Callable[[], Callable[[], None]], second: Callable[[], Callable[[], None]]
+) -> Callable[[], Callable[[], None]]:
+    def setup() -> Callable[[], None]:
+        undo_first, undo_second = first(), second()
+
+        def undo() -> None:
+            undo_second()
+            undo_first()
+
+        return undo
+
+    return setup
+
+
+def _inserting_claim() -> Callable[[], None]:
+    from idempotency_django.store import readonly
+
+    readonly.ENABLED = False
+    return lambda: setattr(readonly, "ENABLED", True)
+
+
+def _prepared(on: bool) -> Callable[[], Callable[[], None]]:
+    def setup() -> Callable[[], None]:
+        from django.conf import settings
+
+        # Read per request (not compiled): no setting_changed, so nothing else recompiles.
+        before = getattr(settings, "IDEMPOTENCY_PREPARED_STATEMENTS", None)
+        settings.IDEMPOTENCY_PREPARED_STATEMENTS = on
+
+        def undo() -> None:
+            settings.IDEMPOTENCY_PREPARED_STATEMENTS = before
+
+        return undo
+
+    return setup
+
+
+def cases(url: str, conns: list[psycopg.Connection[tuple[object, ...]]]) -> dict[str, Sample]:
+    from django.test import Client
+
+    replay_key = str(uuid.uuid4())
+    assert (
+        Client()
+        .post(
+            "/lock/", BODY, content_type="application/json", headers={"Idempotency-Key": replay_key}
+        )
+        .status_code
+        == 201
+    )
+    floor_conn = psycopg.connect(url, autocommit=True)
+    floor_conn.execute(_FLOOR_TABLE.encode())
+    conns.append(floor_conn)
+    found: dict[str, Sample] = {
+        "floor": _floor(floor_conn, client_side=True),
+        "floor_prepared": _floor(floor_conn, client_side=False),
+        "plain": _post("/unprotected/"),
+        "autocommit": _post("/autocommit/"),
+        "ping": _ping(),
+        "lock": _with(_prepared(True), _post("/lock/")),
+        "lock_unprepared": _with(_prepared(False), _post("/lock/")),
+        "lock_inserting": _with(_inserting_claim, _post("/lock/")),
+        "lease": _post("/lease/"),
+        "replay": _with(_prepared(True), _post("/lock/", replay_key, replayed=True)),
+        "replay_020": _with(
+            _both(_inserting_claim, _prepared(False)), _post("/lock/", replay_key, replayed=True)
+        ),
+        "drf_plain": _post("/drf/plain/"),
+        "drf_lock": _post("/drf/lock/"),
+    }
+    from bench.inprocess import redis_available
+
+    if redis_available():
+        found["cached"] = _post("/cached/")
+    return found
+
+
+def report(series: dict[str, Series]) -> str:
+    def round_diff(a: str, b: str) -> Series:
+        return Series(
+            [[x - y] for x, y in zip(series[a].medians(), series[b].medians(), strict=True)]
+        )
+
+    floor = series["floor"].median
+    rows = [
+        ("lock, prepared statements", round_diff("lock", "plain")),
+        ("lock, no prepared statements", round_diff("lock_unprepared", "plain")),
+        ("lock, 0.2.0's inserting claim", round_diff("lock_inserting", "plain")),
+        ("lease", round_diff("lease", "plain")),
+        ("replay (lock), over an empty request", round_diff("replay", "ping")),
+        ("replay, 0.2.0's claim, over an empty request", round_diff("replay_020", "ping")),
+        ("DRF mixin over plain DRF view", round_diff("drf_lock", "drf_plain")),
+        ("lock view over plain view (as DRF's)", round_diff("lock", "autocommit")),
+    ]
+    if "cached" in series:
+        rows.append(("cache on, first execution, over lock", round_diff("cached", "lock")))
+    lines = [
+        f"floor (psycopg, client-side bound): {floor * 1e3:.3f} ms; "
+        f"prepared: {series['floor_prepared'].median * 1e3:.3f} ms; "
+        f"plain view (atomic): {series['plain'].median * 1e3:.3f} ms; "
+        f"plain DRF view: {series['drf_plain'].median * 1e3:.3f} ms",
+        f"{'case':40} {'added ms':>9} {'/ floor':>8}  spread (ms)",
+    ]
+    for name, added in rows:
+        low, high = added.spread
+        lines.append(
+            f"{name:40} {added.median * 1e3:9.3f} {added.median / floor:8.2f}  "
+            f"{low * 1e3:.3f}..{high * 1e3:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.added", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=200, help="samples per case per round")
+    args = parser.parse_args(argv)
+    url = scratch.server_url()
+    with scratch.databases(url, [scratch.MAIN]):
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+        os.environ["BENCH_DATABASE"] = scratch.MAIN
+        import django
+        from django.core.management import call_command
+        from django.db import connections
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        conns: list[psycopg.Connection[tuple[object, ...]]] = []
+        db_url = with_database(url, scratch.MAIN)
+        try:
+            series = sweep(cases(db_url, conns), args.rounds, args.requests)
+        finally:
+            for conn in conns:
+                conn.close()
+            connections.close_all()
+    load = "/".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"bench.added: {args.rounds} rounds x {args.requests} samples, load {load}")
+    print(report(series))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The read-only claim: the lock protocol's claim when nothing has to be written up front.
+
+Where it runs: ``"lock"``, on PostgreSQL, in a transaction the library opens
+itself, at READ COMMITTED (Django's default). There a claim needs no row: the
+key's advisory lock keeps every other claim of ours out until this
+transaction ends, and the finished entry is written once, by one ``INSERT``,
+when the answer is known. A replay, a 409 and a 422 write nothing.
+
+The order is the whole point. The entry is looked up by a statement *after*
+the one that took the lock: at READ COMMITTED every statement takes a fresh
+snapshot, so the lookup sees whatever the previous holder committed before
+releasing the lock. One statement that locks and reads would read on a
+snapshot taken before the lock was granted, and a duplicate arriving just as
+the holder commits would run the view again. The statements travel in one
+query (one round trip); ``tests/test_snapshot_race.py`` tells the two forms
+apart.
+
+Anything else (REPEATABLE READ or SERIALIZABLE, whose snapshot is the
+transaction's; a caller's transaction; ``"lease"``) keeps the inserting claim
+of :mod:`.pg`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg import IsolationLevel
+
+from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.responses import StoredResponse
+from idempotency_django.store import pg, prepared
+from idempotency_django.store.sql import (
+    BUSY,
+    Claim,
+    Found,
+    Target,
+    cached_sql,
+    existing,
+    is_postgres,
+    later_param,
+    later_sql,
+    now_sql,
+    q,
+    row_sql,
+    table,
+    where_key,
+)
+
+# Tests turn it off to run every path under both claim forms.
+ENABLED = True
+# Below this much time left to wait, try the lock instead of queueing for it.
+_MIN_WAIT = 0.001
+# Where the blocking form keeps the session's lock_timeout while it borrows it.
+_SAVED = "idempotency_django.lock_timeout"
+
+
+@dataclass(frozen=True)
+class Pending(Claim):
+    """A claim that wrote nothing yet: :func:`record` inserts the finished entry."""
+
+    fingerprint: str = ""
+
+
+def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
+    """Whether a claim on ``conn`` may be the read-only one (see the module docstring)."""
+    if not (ENABLED and own and is_postgres(conn)):
+        return False
+    conn.ensure_connection()  # the level is the open connection's (OPTIONS["isolation_level"])
+    level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
+    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+
+
+def claim(target: Target, bounded: bool, wait: float) -> Found:
+    """Take the key's advisory lock, then read its entry; write nothing.
+
+    With ``wait`` left, queue for the lock at most that long (a ``lock_timeout``
+    error, 55P03, means the holder is still at it); otherwise only try it.
+    """
+    conn = connections[target.using]
+    blocking = wait >= _MIN_WAIT
+    lock_params: list[Any] = [target.lock_id, *pg.idle_params(target)[: int(bounded)]]
+    prepare = prepared.enabled(conn)
+    server_side = prepare or prepared.server_side_binding(conn)
+    if server_side and not _has_function(conn):
+        # Migration 0004 not applied yet (a deploy running code before migrate):
+        # the two statements, one round trip each, bound as the connection binds.
+        with conn.cursor() as cursor:
+            cursor.execute(lock_sql(bounded), lock_params)
+            got = bool(cursor.fetchone()[0])
+            cursor.execute(lookup_sql(conn), [target.tenant, target.key])
+            row = cursor.fetchone()
+    elif server_side:
+        # A query bound server-side holds one statement: the function (migration
+        # 0004) runs both, lock then lookup, in one call (prepared, or not).
+        sql = cached_sql(conn, "ro-function", function_sql)
+        idle = int(pg.idle_params(target)[0]) if bounded else None
+        wait_ms = max(1, int(wait * 1000)) if blocking else 0
+        with prepared.cursor(conn) if prepare else conn.cursor() as cursor:
+            cursor.execute(sql, [target.lock_id, wait_ms, idle, target.tenant, target.key])
+            got, *found = cursor.fetchone()
+        row = None if found[0] is None else found
+    else:
+        name = f"ro-claim:{blocking}:{bounded}"
+        sql = cached_sql(conn, name, lambda: claim_sql(conn, blocking, bounded))
+        params: list[Any] = [f"{max(1, int(wait * 1000))}ms"] if blocking else []
+        params += [*lock_params, target.tenant, target.key]
+        with conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            got = blocking or bool(cursor.fetchone()[0])
+            while cursor.nextset():
+                pass  # the last result is the lookup's
+            row = cursor.fetchone()
+    if row is None:
+        if not got:
+            return BUSY
+        return Pending(target.using, target.tenant, target.key, uuid.uuid4(), target.fingerprint)
+    seen = existing(tuple(row))
+    if not got and (seen.response is None or seen.dead):
+        return BUSY  # a final answer can be replayed (or refused) whoever holds the lock
+    return seen
+
+
+FUNCTION = "idempotency_django_claim"
+
+
+def function_sql() -> str:
+    """The claim as one call of the migration's function: lock, then lookup, inside it."""
+    return f"SELECT * FROM {FUNCTION}({pg.LOCK_ID}, %s::integer, %s::integer, %s::text, %s::text)"
+
+
+_functions: set[str] = set()  # aliases known to have it (this process)
+
+
+def _has_function(conn: BaseDatabaseWrapper) -> bool:
+    """Whether migration 0004's function exists; asked until it does, then never again.
+
+    A catalog probe, sent on the raw connection: it says nothing about any key.
+    """
+    if conn.alias in _functions:
+        return True
+    conn.ensure_connection()
+    row = conn.connection.execute(
+        "SELECT to_regprocedure(%s) IS NOT NULL",
+        [f"{FUNCTION}(bigint, integer, integer, text, text)"],
+    ).fetchone()
+    if row is not None and row[0]:
+        _functions.add(conn.alias)
+        return True
+    return False
+
+
+def lock_sql(bounded: bool) -> str:
+    bound = f", {pg.IDLE_BOUND}" if bounded else ""
+    return f"SELECT pg_try_advisory_xact_lock({pg.LOCK_ID}){bound}"
+
+
+def lookup_sql(conn: BaseDatabaseWrapper) -> str:
+    return f"SELECT {row_sql(conn)} FROM {table(conn)} WHERE {where_key(conn)}"
+
+
+def claim_sql(conn: BaseDatabaseWrapper, blocking: bool, bounded: bool) -> str:
+    """The claim's statements, in one query: lock first, then a lookup on a fresh snapshot."""
+    bound = f", {pg.IDLE_BOUND}" if bounded else ""
+    lookup = lookup_sql(conn)
+    if not blocking:
+        return f"{lock_sql(bounded)}; {lookup}"
+    return (
+        f"SELECT set_config('{_SAVED}', current_setting('lock_timeout'), true), "
+        f"set_config('lock_timeout', %s, true); "
+        f"SELECT pg_advisory_xact_lock({pg.LOCK_ID}){bound}; "
+        f"SELECT set_config('lock_timeout', current_setting('{_SAVED}'), true); {lookup}"
+    )
+
+
+_COLUMNS = (
+    *("tenant", "key", "fingerprint", "status", "owner", "response_status"),
+    *("response_reason", "response_headers", "response_body"),
+    *("locked_until", "created_at", "expires_at"),
+)
+
+
+def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> None:
+    """Insert the finished entry; a row already there (a writer that took no lock) is a 409.
+
+    The caller is inside the claim's transaction: the 409 rolls back the view's writes too.
+    """
+    conn = connections[claim.using]
+    sql = cached_sql(conn, "ro-record", lambda: _record_sql(conn))
+    use = prepared.cursor(conn) if prepared.enabled(conn) else conn.cursor()
+    params = [
+        claim.tenant,
+        claim.key,
+        claim.fingerprint,
+        status,
+        claim.owner,
+        response.status,
+        response.reason,
+        json.dumps(response.headers),
+        response.body,
+        later_param(conn, ttl),
+    ]
+    with use as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.rowcount == 1
+    if not inserted:
+        raise RequestInProgress()
+
+
+def _record_sql(conn: BaseDatabaseWrapper) -> str:
+    now = now_sql(conn)
+    values = f"%s, %s, %s, %s, %s::uuid, %s, %s, %s::jsonb, %s, {now}, {now}, {later_sql(conn)}"
+    return (
+        f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in _COLUMNS)}) "
+        f"VALUES ({values}) ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING"
+    )
+
+
+__all__ = ["Pending", "claim", "claim_sql", "record", "usable"]
