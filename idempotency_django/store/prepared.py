@@ -20,12 +20,12 @@ statements from 1.21 with ``max_prepared_statements`` set above 0.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
@@ -33,12 +33,19 @@ from idempotency_django.conf import conf
 from idempotency_django.store.sql import is_postgres
 
 
-class _Prepared(psycopg.Cursor[Any]):
-    """Binds server-side and prepares every statement it runs (psycopg keeps them per connection)."""
+@functools.cache
+def _prepared_cursor() -> type[Any]:
+    """The cursor class, built on first use: importing the app must not need psycopg."""
+    import psycopg
 
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        kwargs["prepare"] = True
-        return super().execute(query, params, **kwargs)
+    class Prepared(psycopg.Cursor[Any]):
+        """Binds server-side and prepares every statement it runs (kept per connection)."""
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs["prepare"] = True
+            return super().execute(query, params, **kwargs)
+
+    return Prepared
 
 
 def enabled(conn: BaseDatabaseWrapper) -> bool:
@@ -69,7 +76,7 @@ class _Debug(CursorDebugWrapper):
             yield
 
 
-def _wrap(conn: BaseDatabaseWrapper, raw: _Prepared) -> CursorWrapper:
+def _wrap(conn: BaseDatabaseWrapper, raw: Any) -> CursorWrapper:
     # What conn.cursor() does with the cursor it creates: the debug wrapper
     # (query capture) when queries are logged, execute_wrapper() hooks always.
     conn.validate_thread_sharing()
@@ -91,7 +98,7 @@ def cursor(conn: BaseDatabaseWrapper) -> Iterator[CursorWrapper]:
         # for prepare=True. A threshold never reached prepares only what asks to
         # be: Django's own cursors bind client-side and are never prepared anyway.
         raw.prepare_threshold = sys.maxsize
-    wrapped = _wrap(conn, _Prepared(raw))
+    wrapped = _wrap(conn, _prepared_cursor()(raw))
     with wrapped:
         yield wrapped
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from psycopg import IsolationLevel
 
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.responses import StoredResponse
@@ -70,6 +69,8 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
     """Whether a claim on ``conn`` may be the read-only one (see the module docstring)."""
     if not (ENABLED and own and is_postgres(conn)):
         return False
+    from psycopg import IsolationLevel  # only here: importing the app needs no psycopg
+
     conn.ensure_connection()  # the level is the open connection's (OPTIONS["isolation_level"])
     level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
