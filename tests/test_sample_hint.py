@@ -22,8 +22,8 @@ def _posts(text: str) -> list[tuple[str, dict[str, str], str]]:
     for command in re.findall(r"curl -i -X POST .*?\n.*?\n", text.replace("\\\n", "\n")):
         words = shlex.split(command)
         url = words[words.index("POST") + 1]
-        pairs = [h.split(": ", 1) for i, h in enumerate(words) if i and words[i - 1] == "-H"]
-        headers = {name: value for name, value in pairs}
+        pairs = [h.partition(": ") for i, h in enumerate(words) if i and words[i - 1] == "-H"]
+        headers = {name: value for name, _, value in pairs}
         posts.append((url.removeprefix(BASE), headers, words[words.index("-d") + 1]))
     return posts
 
