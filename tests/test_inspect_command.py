@@ -58,6 +58,16 @@ def test_another_tenants_key_is_not_found() -> None:
         inspect("order-17")
 
 
+def test_a_miss_under_the_default_tenant_points_at_tenant() -> None:
+    """A user's key (``make run``'s DRF curl) looked up without --tenant: say where it is."""
+    IdempotencyEntryFactory.create(tenant="1", key="demo-2")
+    with pytest.raises(CommandError, match="an authenticated caller's key is under --tenant"):
+        inspect("demo-2")
+    with pytest.raises(CommandError) as raised:
+        inspect("demo-2", "--tenant", "2")
+    assert "--tenant" not in str(raised.value)
+
+
 def test_a_task_key_is_found_by_scope_or_as_listed() -> None:
     IdempotencyEntryFactory.create(key=namespaced("receipts", "evt_1"))
     assert "key:             [receipts] evt_1" in inspect("evt_1", "--scope", "receipts")

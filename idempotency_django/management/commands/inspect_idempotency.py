@@ -74,6 +74,10 @@ def missing(tenant: str, key: str, using: str) -> str:
     if lookup.lock_held(tenant, key, using):
         text += " A request holding its lock is in flight (the lock protocol commits the entry "
         text += "with its answer)."
+    if not tenant:
+        # The usual slip: the default tenant is the anonymous one, a signed-in caller's isn't.
+        text += " Keys are per tenant: an authenticated caller's key is under --tenant "
+        text += "(a user's primary key by default; the admin's list shows each entry's tenant)."
     return text
 
 
