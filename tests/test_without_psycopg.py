@@ -1,7 +1,8 @@
 """SQLite (or MySQL) without psycopg: the app must start and protect a view.
 
-psycopg is the ``[postgres]`` extra, not a dependency, and ``make run`` installs
-the ``sample`` group without it. In 0.3's main, ``store/readonly.py`` and
+psycopg is the ``[postgres]`` extra, not a dependency (the ``sample`` group
+that ``make run`` installs lacked it too, until the sample's ``DATABASE_URL``
+option made it add it). In 0.3's main, ``store/readonly.py`` and
 ``store/prepared.py`` import psycopg at module level, so ``django.setup()``
 (the admin's autodiscovery imports them) fails with ``ModuleNotFoundError: No
 module named 'psycopg'``: ``make run`` and the quick start on SQLite both stop
