@@ -170,3 +170,19 @@ def test_the_protocol_is_unknown_when_the_configuration_is_wrong(settings: Any) 
     settings.IDEMPOTENCY_PROTOCOL = "lock"  # check E013 reports it
     IdempotencyEntryFactory.create(key="done")
     assert "protocol:        unknown" in inspect("done")
+
+
+def test_a_ninja_api_keys_entry_is_found_by_its_credential(monkeypatch: Any) -> None:
+    """Ninja stores an API-key caller under a keyed digest: --tenant can't name it."""
+    from idempotency_django.ninja import principal_tenant
+
+    IdempotencyEntryFactory.create(tenant=principal_tenant("key-alice"), key="n1")
+    with pytest.raises(CommandError):
+        inspect("n1", "--tenant", "key-alice")
+    out = inspect("n1", "--credential", "key-alice")
+    assert "key:             n1" in out
+    assert "key-alice" not in out  # the credential is never printed
+    monkeypatch.setattr("sys.stdin", io.StringIO("key-alice\n"))
+    assert "key:             n1" in inspect("n1", "--credential", "-")
+    with pytest.raises(CommandError):
+        inspect("n1", "--credential", "key-bob")
