@@ -15,7 +15,8 @@ Serving the sample project on {base}/  (admin and API user: demo / demo)
 
   Checkout (double-click Pay, a slow network, a new intent):  {base}/checkout/
   The same as a plain HTML form, no JavaScript:               {base}/checkout/form/
-  Swagger UI (offline):  {base}/api/docs/    Admin:  {base}/admin/
+  Swagger UI (offline):  {base}/api/docs/  (DRF)   {base}/ninja/docs  (Django Ninja)
+  Admin:                 {base}/admin/
 
 Take a payment twice with one key; the second answer carries Idempotent-Replayed: true:
 
@@ -26,6 +27,11 @@ The same through the DRF API, as the demo user:
 
   curl -i -X POST {base}/api/charges/ -H 'Authorization: Token {token}' \\
        -H 'Idempotency-Key: demo-2' -H 'Content-Type: application/json' -d '{{"amount": 500}}'
+
+The same through the Django Ninja API, the demo user's token as its API key:
+
+  curl -i -X POST {base}/ninja/charges -H 'X-API-Key: {token}' \\
+       -H 'Idempotency-Key: demo-3' -H 'Content-Type: application/json' -d '{{"amount": 700}}'
 
 The counters move with each answer (executed, then replayed):
 

@@ -58,6 +58,16 @@ def test_another_tenants_key_is_not_found() -> None:
         inspect("order-17")
 
 
+def test_a_miss_under_the_default_tenant_points_at_tenant() -> None:
+    """A user's key (``make run``'s DRF curl) looked up without --tenant: say where it is."""
+    IdempotencyEntryFactory.create(tenant="1", key="demo-2")
+    with pytest.raises(CommandError, match="an authenticated caller's key is under --tenant"):
+        inspect("demo-2")
+    with pytest.raises(CommandError) as raised:
+        inspect("demo-2", "--tenant", "2")
+    assert "--tenant" not in str(raised.value)
+
+
 def test_a_task_key_is_found_by_scope_or_as_listed() -> None:
     IdempotencyEntryFactory.create(key=namespaced("receipts", "evt_1"))
     assert "key:             [receipts] evt_1" in inspect("evt_1", "--scope", "receipts")
@@ -160,3 +170,19 @@ def test_the_protocol_is_unknown_when_the_configuration_is_wrong(settings: Any) 
     settings.IDEMPOTENCY_PROTOCOL = "lock"  # check E013 reports it
     IdempotencyEntryFactory.create(key="done")
     assert "protocol:        unknown" in inspect("done")
+
+
+def test_a_ninja_api_keys_entry_is_found_by_its_credential(monkeypatch: Any) -> None:
+    """Ninja stores an API-key caller under a keyed digest: --tenant can't name it."""
+    from idempotency_django.ninja import principal_tenant
+
+    IdempotencyEntryFactory.create(tenant=principal_tenant("key-alice"), key="n1")
+    with pytest.raises(CommandError):
+        inspect("n1", "--tenant", "key-alice")
+    out = inspect("n1", "--credential", "key-alice")
+    assert "key:             n1" in out
+    assert "key-alice" not in out  # the credential is never printed
+    monkeypatch.setattr("sys.stdin", io.StringIO("key-alice\n"))
+    assert "key:             n1" in inspect("n1", "--credential", "-")
+    with pytest.raises(CommandError):
+        inspect("n1", "--credential", "key-bob")

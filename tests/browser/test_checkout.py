@@ -80,6 +80,12 @@ def test_slow_network_retries_with_the_same_key(
     assert all(cell.text.isdigit() for cell in retry_after)
     assert page_charges(browser) == server_charges(sample, order) == 1
     screenshot("checkout-slow-network")
+    # At 1280 px the log (a timeout's message, three lines of "why") stays inside the
+    # page's column: it stuck out of it on the right, past the panels above.
+    script = "const t = document.getElementById('log').getBoundingClientRect(); "
+    script += "const m = document.getElementById('checkout').getBoundingClientRect(); "
+    script += "return Math.round(t.right - m.right);"
+    assert browser.execute_script(script) <= 0
 
 
 def test_a_new_intent_is_a_second_charge(

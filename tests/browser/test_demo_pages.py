@@ -59,6 +59,7 @@ def overflow(browser: webdriver.Chrome) -> int:
         ("/checkout/", "checkout"),
         ("/checkout/form/", "form"),
         ("/api/docs/", "swagger-ui"),
+        ("/ninja/docs", "ninja-swagger-ui"),
         ("/admin/login/", "admin-login"),
     ],
 )

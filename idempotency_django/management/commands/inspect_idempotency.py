@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from http import HTTPStatus
 from typing import Any
 
@@ -24,7 +25,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "key", help='The key as the client sent it, or a task\'s "[scope] key" as listed.'
         )
-        parser.add_argument("--tenant", default="", help='Whose key it is (default "").')
+        whose = parser.add_mutually_exclusive_group()
+        whose.add_argument("--tenant", default="", help='Whose key it is (default "").')
+        whose.add_argument(
+            "--credential",
+            metavar="VALUE",
+            help="Whose key it is, for a Django Ninja caller whose auth returned a string "
+            "(an API key): that string, or - to read it from standard input.",
+        )
         parser.add_argument("--scope", help="The scope of a call's or task's key.")
         parser.add_argument(
             "--database",
@@ -44,6 +52,8 @@ class Command(BaseCommand):
         key, tenant, database = options["key"], options["tenant"], options["database"]
         check_database(database)
         using = database or conf.DATABASE
+        if options["credential"] is not None:
+            tenant = credential_tenant(options["credential"], using)
         if not key:
             raise CommandError("The key must not be empty.")
         try:
@@ -69,11 +79,29 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS("Released: the key behaves as new."))
 
 
+def credential_tenant(credential: str, using: str) -> str:
+    """The tenant Ninja's adapter stores for a string principal: a keyed digest of it."""
+    if credential == "-":
+        credential = sys.stdin.readline().rstrip("\n")
+    if not credential:
+        raise CommandError("The credential must not be empty.")
+    try:
+        from idempotency_django.ninja import principal_tenant
+    except ImportError as exc:
+        raise CommandError(f"--credential needs Django Ninja ({exc}).") from None
+    return principal_tenant(credential, using)
+
+
 def missing(tenant: str, key: str, using: str) -> str:
     text = f"No idempotency entry for key {readable(key)!r} of tenant {tenant!r} on {using!r}."
     if lookup.lock_held(tenant, key, using):
         text += " A request holding its lock is in flight (the lock protocol commits the entry "
         text += "with its answer)."
+    if not tenant:
+        # The usual slip: the default tenant is the anonymous one, a signed-in caller's isn't.
+        text += " Keys are per tenant: an authenticated caller's key is under --tenant "
+        text += "(a user's primary key by default; the admin's list shows each entry's tenant) "
+        text += "or, for a Django Ninja API key, --credential."
     return text
 
 

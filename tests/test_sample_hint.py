@@ -1,0 +1,53 @@
+"""What ``make run`` prints (``sample_project/hint.py``): every ``curl`` it gives works as printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+from django.test import Client
+
+from sample_project.hint import HINT
+from sample_project.payments.management.commands.ensure_demo_user import demo_token
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+BASE = "http://127.0.0.1:8000"
+
+
+def _posts(text: str) -> list[tuple[str, dict[str, str], str]]:
+    """Each ``curl -X POST`` of the hint: its path, headers and body."""
+    posts = []
+    for command in re.findall(r"curl -i -X POST .*?\n.*?\n", text.replace("\\\n", "\n")):
+        words = shlex.split(command)
+        url = words[words.index("POST") + 1]
+        pairs = [h.partition(": ") for i, h in enumerate(words) if i and words[i - 1] == "-H"]
+        headers = {name: value for name, _, value in pairs}
+        posts.append((url.removeprefix(BASE), headers, words[words.index("-d") + 1]))
+    return posts
+
+
+def test_the_hint_shows_the_three_apis() -> None:
+    paths = [path for path, _, _ in _posts(HINT.format(base=BASE, token="t"))]
+    assert paths == ["/charges/", "/api/charges/", "/ninja/charges"]
+    assert f"{BASE}/ninja/docs" in HINT.format(base=BASE, token="t")
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_every_curl_of_the_hint_executes_then_replays(index: int) -> None:
+    path, headers, body = _posts(HINT.format(base=BASE, token=demo_token()))[index]
+    content_type = headers.pop("Content-Type")
+    client = Client(headers=headers)
+    first = client.post(path, body, content_type=content_type)
+    again = client.post(path, body, content_type=content_type)
+    assert first.status_code == 201, first.content
+    assert (again.status_code, again.content) == (201, first.content)
+    assert again["Idempotent-Replayed"] == "true"
+    assert json.loads(first.content)["amount"] == json.loads(body)["amount"]
+
+
+def test_the_index_links_both_api_docs_pages(client: Client) -> None:
+    page = client.get("/").content.decode()
+    assert 'href="/api/docs/"' in page
+    assert 'href="/ninja/docs"' in page
