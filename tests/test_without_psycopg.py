@@ -16,8 +16,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent(
@@ -79,11 +77,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/readonly.py and store/prepared.py import psycopg at module level "
-    "(the hot path's owner fixes it; then remove this marker)",
-)
 def test_the_app_starts_and_replays_on_sqlite_without_psycopg() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],
