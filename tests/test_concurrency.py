@@ -80,12 +80,15 @@ def test_storm_of_same_key_requests_commits_exactly_one_execution(protocol: str)
         body = {"amount": 100, "sleep": 0.01 if trial % 2 else 0}
         responses = race(STORM_CONCURRENCY, _sender("/charges/", key, body))
         assert not [r for r in responses if isinstance(r, BaseException)], responses
-        totals += _classify(responses)
+        # A late retry replays whatever the storm's timing was (with a connection pool
+        # every duplicate may land while the original is in flight).
+        late = race(1, _sender("/charges/", key, body))
+        totals += _classify([*responses, *late])
+        assert late[0]["Idempotent-Replayed"] == "true"
         assert charges(key) == 1, f"trial {trial}: {charges(key)} executions committed"
     assert totals["original"] == STORM_TRIALS
-    # The storm must have exercised both in-flight duplicates and replays.
+    # The storm must have exercised in-flight duplicates (replays: the late retries).
     assert totals["409"] > 0
-    assert totals["replay"] > 0
     print(
         f"\nstorm ({protocol}): {STORM_TRIALS} trials x {STORM_CONCURRENCY} threads: "
         f"{dict(totals)}, duplicates 0"

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from django.db import OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.exceptions import RequestInProgress
@@ -71,8 +71,13 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
         return False
     from psycopg import IsolationLevel  # only here: importing the app needs no psycopg
 
-    conn.ensure_connection()  # the level is the open connection's (OPTIONS["isolation_level"])
-    level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
+    conn.ensure_connection()
+    # The session's own level, not only what OPTIONS said: a pooled connection keeps
+    # the level it was last given. None is the server's default (read committed
+    # unless default_transaction_isolation says otherwise: then declare it in OPTIONS).
+    level = getattr(conn.connection, "isolation_level", None)
+    if level is None:
+        level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
@@ -205,9 +210,14 @@ def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> N
         response.body,
         later_param(conn, ttl),
     ]
-    with use as cursor:
-        cursor.execute(sql, params)
-        inserted = cursor.rowcount == 1
+    try:
+        with use as cursor:
+            cursor.execute(sql, params)
+            inserted = cursor.rowcount == 1
+    except OperationalError as exc:
+        if pg.sqlstate(exc) not in pg.BUSY_STATES:
+            raise
+        inserted = False  # a stricter level than we saw: the key committed meanwhile
     if not inserted:
         raise RequestInProgress()
 
