@@ -29,10 +29,10 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "celery")
 
-from idempotency_django.conf import MAX_WAIT, bounded, conf
+from idempotency_django.conf import conf
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
 from idempotency_django.fingerprint import bound_arguments, signature_of
-from idempotency_django.options import check_options
+from idempotency_django.task_options import KeyOf, TaskPolicy, TenantOf
 
 if TYPE_CHECKING:
     from idempotency_django.serializers import Serializer
@@ -42,9 +42,6 @@ __all__ = ["idempotent_task"]
 logger = logging.getLogger("idempotency_django")
 TaskFunc = TypeVar("TaskFunc", bound=Callable[..., Any])
 OnInProgress = Literal["retry", "drop", "raise"]
-ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
-KeyOf = Callable[..., "str | None"]
-TenantOf = Callable[..., str]
 #: The message header counting a delivery's waits for a held key (its backoff).
 WAITS_HEADER: Final = "idempotency_waits"
 BACKOFF_CAP: Final = 60.0
@@ -81,7 +78,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     holder dies) or ``"raise"``
     (:class:`~idempotency_django.exceptions.RequestInProgress`).
     """
-    policy = _Policy(**options)
+    policy = TaskPolicy(**options)
     if fn is None:
         return functools.partial(_decorate, policy=policy)
     if isinstance(fn, Task) or not callable(fn):
@@ -92,56 +89,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     return _decorate(fn, policy=policy)
 
 
-class _Policy:
-    """The decorator's options, checked once when it is applied."""
-
-    def __init__(
-        self,
-        *,
-        key: KeyOf | None = None,
-        tenant: TenantOf | None = None,
-        on_in_progress: str = "retry",
-        countdown: float | None = None,
-        ttl: float | timedelta | None = None,
-        database: str | None = None,
-        protocol: str | None = None,
-        wait: float | timedelta | None = None,
-        serializer: Serializer | None = None,
-    ) -> None:
-        if on_in_progress not in ON_IN_PROGRESS:
-            raise ValueError(
-                f"on_in_progress must be one of {ON_IN_PROGRESS}, not {on_in_progress!r}."
-            )
-        for name, value in (("key", key), ("tenant", tenant)):
-            if value is not None and not callable(value):
-                raise TypeError(
-                    f"idempotent_task({name}=...) takes a callable of the task's arguments."
-                )
-        if countdown is not None:
-            try:
-                bounded(countdown, MAX_WAIT, zero=True)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"idempotent_task(countdown=...) takes seconds from 0 to a day, "
-                    f"got {countdown!r}."
-                ) from None
-        check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
-        self.key, self.tenant, self.on_in_progress, self.countdown = (
-            key,
-            tenant,
-            on_in_progress,
-            countdown,
-        )
-        self.call_options: dict[str, Any] = {
-            "ttl": ttl,
-            "database": database,
-            "protocol": protocol,
-            "wait": wait,
-            "serializer": serializer,
-        }
-
-
-def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
+def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:
     shape = signature_of(fn)
 
     @functools.wraps(fn)
@@ -181,7 +129,7 @@ def _run_once(
     fn: Callable[..., Any],
     task: Task[Any, Any],
     key: str,
-    policy: _Policy,
+    policy: TaskPolicy,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     call_args: tuple[Any, ...],
@@ -206,7 +154,7 @@ def _run_once(
         return call.result
 
 
-def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: _Policy) -> Any:
+def _in_progress(task: Task[Any, Any], exc: RequestInProgress, policy: TaskPolicy) -> Any:
     if policy.on_in_progress == "raise":
         raise exc
     if policy.on_in_progress == "drop":

@@ -33,11 +33,11 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from idempotency_django.calls import idempotent_call
-from idempotency_django.conf import MAX_WAIT, bounded, conf
+from idempotency_django.conf import conf
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.extras import raise_missing_extra
 from idempotency_django.fingerprint import bound_arguments, signature_of
-from idempotency_django.options import check_options
+from idempotency_django.task_options import TaskPolicy
 
 if TYPE_CHECKING:
     from django.tasks import Task, TaskContext
@@ -58,7 +58,6 @@ __all__ = ["KEY_ARGUMENT", "idempotent_task"]
 logger = logging.getLogger("idempotency_django")
 TaskFunc = TypeVar("TaskFunc", bound=Callable[..., Any])
 OnInProgress = Literal["retry", "drop", "raise"]
-ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
 #: The keyword argument carrying an outbox row's key to the task (removed before the call).
 KEY_ARGUMENT: Final = "_idempotency_key"
 #: Set on the wrapper: the outbox only sends keys to functions that strip them.
@@ -95,7 +94,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     cannot defer a task this is ``"raise"``), ``"drop"`` (returns ``None``,
     nothing stored; the effect is lost if the holder dies) or ``"raise"``.
     """
-    policy = _Policy(**options)
+    policy = TaskPolicy(**options)
     if fn is None:
         return functools.partial(_decorate, policy=policy)
     if isinstance(fn, Task) or not callable(fn):
@@ -106,52 +105,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     return _decorate(fn, policy=policy)
 
 
-class _Policy:
-    """The decorator's options, checked once when it is applied."""
-
-    def __init__(
-        self,
-        *,
-        key: Callable[..., str] | None = None,
-        tenant: Callable[..., str] | None = None,
-        on_in_progress: str = "retry",
-        countdown: float | None = None,
-        ttl: float | timedelta | None = None,
-        database: str | None = None,
-        protocol: str | None = None,
-        wait: float | timedelta | None = None,
-        serializer: Serializer | None = None,
-    ) -> None:
-        if on_in_progress not in ON_IN_PROGRESS:
-            raise ValueError(
-                f"on_in_progress must be one of {ON_IN_PROGRESS}, not {on_in_progress!r}."
-            )
-        for name, value in (("key", key), ("tenant", tenant)):
-            if value is not None and not callable(value):
-                raise TypeError(
-                    f"idempotent_task({name}=...) takes a callable of the task's arguments."
-                )
-        if countdown is not None:
-            try:
-                bounded(countdown, MAX_WAIT, zero=True)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"idempotent_task(countdown=...) takes seconds from 0 to a day, "
-                    f"got {countdown!r}."
-                ) from None
-        check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
-        self.key, self.tenant = key, tenant
-        self.on_in_progress, self.countdown = on_in_progress, countdown
-        self.call_options: dict[str, Any] = {
-            "ttl": ttl,
-            "database": database,
-            "protocol": protocol,
-            "wait": wait,
-            "serializer": serializer,
-        }
-
-
-def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
+def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:
     if inspect.iscoroutinefunction(fn):
         # Its awaited ORM calls would run on other connections, outside the claim's
         # transaction: the writes and the stored result would not commit together.
@@ -195,7 +149,7 @@ def _decorate(fn: TaskFunc, *, policy: _Policy) -> TaskFunc:
 
 
 def _key(
-    policy: _Policy,
+    policy: TaskPolicy,
     context: object,
     carried: object,
     args: tuple[Any, ...],
@@ -233,7 +187,7 @@ def _task(context: object, scope: str) -> Task[Any, Any] | None:
 def _in_progress(
     task: Task[Any, Any] | None,
     exc: RequestInProgress,
-    policy: _Policy,
+    policy: TaskPolicy,
     key: str,
     call: tuple[tuple[Any, ...], dict[str, Any]],
 ) -> Any:

@@ -1,0 +1,64 @@
+"""The options of ``idempotent_task``, checked once when it is applied: shared by the
+Celery adapter (:mod:`.celery`) and the ``django.tasks`` one (:mod:`.django_tasks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from idempotency_django.conf import MAX_WAIT, bounded
+from idempotency_django.options import check_options
+
+if TYPE_CHECKING:
+    from idempotency_django.serializers import Serializer
+
+ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
+KeyOf = Callable[..., "str | None"]
+TenantOf = Callable[..., str]
+
+
+class TaskPolicy:
+    """What ``@idempotent_task(...)`` was given: wrong values raise when decorating."""
+
+    def __init__(
+        self,
+        *,
+        key: KeyOf | None = None,
+        tenant: TenantOf | None = None,
+        on_in_progress: str = "retry",
+        countdown: float | None = None,
+        ttl: float | timedelta | None = None,
+        database: str | None = None,
+        protocol: str | None = None,
+        wait: float | timedelta | None = None,
+        serializer: Serializer | None = None,
+    ) -> None:
+        if on_in_progress not in ON_IN_PROGRESS:
+            raise ValueError(
+                f"on_in_progress must be one of {ON_IN_PROGRESS}, not {on_in_progress!r}."
+            )
+        for name, value in (("key", key), ("tenant", tenant)):
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"idempotent_task({name}=...) takes a callable of the task's arguments."
+                )
+        if countdown is not None:
+            try:
+                bounded(countdown, MAX_WAIT, zero=True)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"idempotent_task(countdown=...) takes seconds from 0 to a day, "
+                    f"got {countdown!r}."
+                ) from None
+        check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
+        self.key, self.tenant = key, tenant
+        self.on_in_progress, self.countdown = on_in_progress, countdown
+        # What idempotent_call takes.
+        self.call_options: dict[str, Any] = {
+            "ttl": ttl,
+            "database": database,
+            "protocol": protocol,
+            "wait": wait,
+            "serializer": serializer,
+        }
