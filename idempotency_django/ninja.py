@@ -38,7 +38,7 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
 from ninja.decorators import decorate_view
 from ninja.operation import Operation
 
-from idempotency_django import core
+from idempotency_django import core, openapi
 from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
@@ -280,66 +280,24 @@ def _document(operation: Operation, *, options: Options) -> None:
         # Read when the API module is imported (Ninja's schema is built from static data).
         header = options.header or conf.HEADER
         required = conf.REQUIRED if options.required is None else options.required
-        parameters = [*extra.get("parameters", []), _header_parameter(header, required)]
+        parameters = [*extra.get("parameters", []), openapi.key_parameter(header, required)]
         extra["parameters"] = parameters
     extra["responses"] = {**copy.deepcopy(_ERRORS), **extra.get("responses", {})}
     operation.openapi_extra = extra
 
 
-def _header_parameter(name: str, required: bool) -> dict[str, Any]:
-    return {
-        "in": "header",
-        "name": name,
-        "required": required,
-        "schema": {"type": "string", "minLength": 1, "maxLength": conf.KEY_MAX_LENGTH},
-        "description": (
-            "Makes the request safe to retry: a retry with the same key and the same "
-            "request gets the first answer again, and the operation runs once. "
-            "Use a new unique value (e.g. a UUID) for each distinct request."
+_PROBLEM = {PROBLEM_CONTENT_TYPE: {"schema": openapi.PROBLEM_SCHEMA}}
+_ERRORS: dict[int, dict[str, Any]] = {
+    code: {
+        "description": description,
+        "content": _PROBLEM,
+        **(
+            {"headers": {"Retry-After": openapi.RETRY_AFTER}}
+            if code in openapi.RETRY_AFTER_CODES
+            else {}
         ),
     }
-
-
-_PROBLEM = {
-    PROBLEM_CONTENT_TYPE: {
-        "schema": {
-            "type": "object",
-            "description": "RFC 9457 problem details.",
-            "properties": {
-                "type": {"type": "string", "format": "uri"},
-                "title": {"type": "string"},
-                "status": {"type": "integer"},
-                "detail": {"type": "string"},
-            },
-            "required": ["type", "title", "status", "detail"],
-        }
-    }
-}
-_RETRY_AFTER = {
-    "Retry-After": {
-        "schema": {"type": "integer"},
-        "description": "Seconds to wait before retrying.",
-    }
-}
-_ERRORS: dict[int, dict[str, Any]] = {
-    400: {
-        "description": "The idempotency key is missing (when required) or malformed.",
-        "content": _PROBLEM,
-    },
-    409: {
-        "description": "A request with this idempotency key is still in progress; retry after Retry-After seconds.",
-        "content": _PROBLEM,
-        "headers": _RETRY_AFTER,
-    },
-    422: {
-        "description": "This idempotency key was already used with a different request.",
-        "content": _PROBLEM,
-    },
-    503: {
-        "description": "The idempotency store is unavailable; nothing ran. Retry after Retry-After seconds.",
-        "content": _PROBLEM,
-        "headers": _RETRY_AFTER,
-    },
+    for code, description in openapi.ERRORS.items()
 }
 
 __all__ = ["idempotent", "principal_tenant", "tenant"]

@@ -15,6 +15,7 @@ from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 from rest_framework.views import APIView
 
+from idempotency_django import openapi
 from idempotency_django.conf import conf
 from idempotency_django.responses import PROBLEM_CONTENT_TYPE, REPLAYED_HEADER
 from idempotency_django.rest_framework import IdempotentMixin
@@ -22,23 +23,6 @@ from idempotency_django.rest_framework import IdempotentMixin
 Operation = dict[str, Any]
 
 PROBLEM_COMPONENT = "IdempotencyProblem"
-_PROBLEM_SCHEMA = {
-    "type": "object",
-    "description": "RFC 9457 problem details.",
-    "properties": {
-        "type": {"type": "string", "format": "uri"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-    },
-    "required": ["type", "title", "status", "detail"],
-}
-_ERRORS = {
-    "400": "The idempotency key is missing (when required) or malformed.",
-    "409": "A request with this idempotency key is still in progress; retry after Retry-After seconds.",
-    "422": "This idempotency key was already used with a different request.",
-}
-_RETRY_AFTER = {"schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}
 _REPLAYED = {
     "schema": {"type": "string", "enum": ["true"]},
     "description": "Present when this is the stored answer to an earlier request with the same key.",
@@ -101,7 +85,7 @@ def _wrap_get_operation(schema: Any) -> None:
 def document_operation(
     operation: Operation, view: Any, method: str, registry: ComponentRegistry
 ) -> None:
-    """Add the key header and the 400/409/422 answers to a protected operation."""
+    """Add the key header and the 400/409/422/503 answers to a protected operation."""
     if not isinstance(view, IdempotentMixin):
         return
     options = type(view).get_idempotency_options()
@@ -112,27 +96,15 @@ def document_operation(
     required = conf.REQUIRED if options.required is None else options.required
     # An overridden get_idempotency_key() may read the key from elsewhere (a body field).
     if type(view).get_idempotency_key is IdempotentMixin.get_idempotency_key:
-        _add_header(operation, header, required, conf.KEY_MAX_LENGTH)
+        _add_header(operation, header, required)
     _add_responses(operation, registry)
 
 
-def _add_header(operation: Operation, name: str, required: bool, max_length: int) -> None:
+def _add_header(operation: Operation, name: str, required: bool) -> None:
     parameters = operation.setdefault("parameters", [])
     if any(p.get("in") == "header" and p.get("name") == name for p in parameters):
         return
-    parameters.append(
-        {
-            "in": "header",
-            "name": name,
-            "required": required,
-            "schema": {"type": "string", "minLength": 1, "maxLength": max_length},
-            "description": (
-                "Makes the request safe to retry: a retry with the same key and the same "
-                "request gets the first answer again, and the operation runs once. "
-                "Use a new unique value (e.g. a UUID) for each distinct request."
-            ),
-        }
-    )
+    parameters.append(openapi.key_parameter(name, required))
 
 
 def _add_responses(operation: Operation, registry: ComponentRegistry) -> None:
@@ -140,21 +112,22 @@ def _add_responses(operation: Operation, registry: ComponentRegistry) -> None:
     for code, response in responses.items():
         if code.startswith("2"):
             response.setdefault("headers", {}).setdefault(REPLAYED_HEADER, _REPLAYED)
-    for code, description in _ERRORS.items():
+    for status, description in openapi.ERRORS.items():
+        code = str(status)
         response = responses.setdefault(code, {"description": description})
         if conf.ERROR_FORMAT != "drf":
             # Under "drf" the project's EXCEPTION_HANDLER shapes the body.
             content = response.setdefault("content", {})
             content.setdefault(PROBLEM_CONTENT_TYPE, {"schema": _problem_ref(registry)})
-        if code == "409":
-            response.setdefault("headers", {}).setdefault("Retry-After", _RETRY_AFTER)
+        if status in openapi.RETRY_AFTER_CODES:
+            response.setdefault("headers", {}).setdefault("Retry-After", openapi.RETRY_AFTER)
 
 
 def _problem_ref(registry: ComponentRegistry) -> dict[str, str]:
     component = ResolvedComponent(  # type: ignore[no-untyped-call]
         name=PROBLEM_COMPONENT,
         type=ResolvedComponent.SCHEMA,
-        schema=_PROBLEM_SCHEMA,
+        schema=openapi.PROBLEM_SCHEMA,
         object=PROBLEM_COMPONENT,
     )
     registry.register_on_missing(component)

@@ -818,10 +818,11 @@ def test_openapi_schema_documents_protected_operations() -> None:
     ]:
         operation = paths[url][method]
         assert (_header(operation) or {}).get("required") is True, (url, method)
-        for code in ("400", "409", "422"):
+        for code in ("400", "409", "422", "503"):
             content = operation["responses"][code]["content"]
             assert content["application/problem+json"]["schema"] == PROBLEM_REF, (url, code)
         assert "Retry-After" in operation["responses"]["409"]["headers"]
+        assert "Retry-After" in operation["responses"]["503"]["headers"]
     assert "IdempotencyProblem" in schema["components"]["schemas"]
     created = paths["/charges/"]["post"]["responses"]["201"]
     assert "Idempotent-Replayed" in created["headers"]
