@@ -29,3 +29,39 @@ def test_a_secret_first_read_in_a_rolled_back_claim_is_persisted() -> None:
     # Another server, its SECRET_KEY rotated and the fallback dropped, reads the row.
     with override_settings(SECRET_KEY="rotated-" + "z" * 50, SECRET_KEY_FALLBACKS=[]):
         assert secret.server_secret("default") == used
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lock")
+def test_two_servers_with_different_lock_ids_still_commit_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attack on the read-only claim: two servers whose lock ids differ (their secrets
+    disagree) both pass the advisory lock and both run the view; the answer's INSERT …
+    ON CONFLICT must then refuse the second with a 409 and roll its writes back."""
+    import threading
+
+    from django.db import connections
+
+    from tests.helpers import charges
+
+    real = secret.lock_id
+    monkeypatch.setattr(
+        secret, "lock_id", lambda *a: real(*a) ^ (threading.get_ident() & 0xFFFF) or 1
+    )
+    key, answers = new_key(), []
+
+    def send() -> None:
+        try:
+            answers.append(post(Client(), "/charges/", key, {"sleep": 0.5}).status_code)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=send) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert sorted(answers) in ([201, 201], [201, 409])  # a replay, or the loser's 409
+    assert charges(key) == 1
