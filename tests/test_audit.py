@@ -65,3 +65,52 @@ def test_two_servers_with_different_lock_ids_still_commit_once(
         worker.join(30)
     assert sorted(answers) in ([201, 201], [201, 409])  # a replay, or the loser's 409
     assert charges(key) == 1
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lock", IDEMPOTENCY_WAIT=10)
+def test_a_server_default_of_repeatable_read_keeps_the_inserting_claim() -> None:
+    """The read-only claim needs READ COMMITTED. Django leaves the level to the server
+    unless OPTIONS names one, and the server's default may be REPEATABLE READ (ALTER
+    DATABASE, a role, PgBouncer's connect_query): then the claim's lookup reads on a
+    snapshot taken before the lock was granted, a duplicate that waited for the holder
+    finds nothing, runs the view a second time and fails on the answer's INSERT,
+    instead of replaying the holder's answer."""
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    from tests.helpers import charges
+
+    name = connection.settings_dict["NAME"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'ALTER DATABASE "{name}" SET default_transaction_isolation = %s', ["repeatable read"]
+        )
+    connections.close_all()
+    key, answers, replayed = new_key(), [], []
+
+    def send() -> None:
+        try:
+            response = post(Client(), "/charges/", key, {"sleep": 1.0})
+            answers.append(response.status_code)
+            replayed.append(response.headers.get("Idempotent-Replayed"))
+        finally:
+            connections.close_all()
+
+    try:
+        workers = [threading.Thread(target=send) for _ in range(2)]
+        workers[0].start()
+        time.sleep(0.3)
+        workers[1].start()
+        for worker in workers:
+            worker.join(30)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_isolation')
+        connections.close_all()
+    assert charges(key) == 1
+    assert answers == [201, 201]
+    assert replayed.count("true") == 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +71,24 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
     """Whether a claim on ``conn`` may be the read-only one (see the module docstring)."""
     if not (ENABLED and own and is_postgres(conn)):
         return False
-    conn.ensure_connection()  # the level is the open connection's (OPTIONS["isolation_level"])
-    level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
+    conn.ensure_connection()
+    raw = conn.connection
+    # psycopg's own setting (what its BEGIN says), not Django's attribute: without
+    # OPTIONS["isolation_level"] Django leaves it unset, and the server's default
+    # (ALTER DATABASE, a role, a pooler's connect_query) decides.
+    level = raw.isolation_level
+    if level is None:
+        committed = _server_default.get(raw)
+        if committed is None:
+            row = raw.execute("SELECT current_setting('default_transaction_isolation')").fetchone()
+            committed = _server_default[raw] = row is not None and row[0] in _COMMITTED
+        return committed
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+
+
+_COMMITTED = ("read committed", "read uncommitted")
+# The server's default level, asked once per connection (it is the session's).
+_server_default: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def claim(target: Target, bounded: bool, wait: float) -> Found:
