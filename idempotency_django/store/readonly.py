@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,17 +77,18 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
     # (ALTER DATABASE, a role, a pooler's connect_query) decides.
     level = raw.isolation_level
     if level is None:
-        committed = _server_default.get(raw)
+        committed = _server_default.get(conn.alias)
         if committed is None:
             row = raw.execute("SELECT current_setting('default_transaction_isolation')").fetchone()
-            committed = _server_default[raw] = row is not None and row[0] in _COMMITTED
+            committed = _server_default[conn.alias] = row is not None and row[0] in _COMMITTED
         return committed
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
 _COMMITTED = ("read committed", "read uncommitted")
-# The server's default level, asked once per connection (it is the session's).
-_server_default: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+# The server's default level (the database's or role's setting), asked once per
+# alias in this process: not a round trip per new connection (CONN_MAX_AGE = 0).
+_server_default: dict[str, bool] = {}
 
 
 def claim(target: Target, bounded: bool, wait: float) -> Found:
