@@ -29,6 +29,7 @@ from idempotency_django import signals
 from idempotency_django.exceptions import KeyReused, RequestInProgress, StoreUnavailable
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
+from idempotency_django.secret import server_secret
 from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly
 from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
 from idempotency_django.store.sql import record as record_answer
@@ -124,6 +125,11 @@ def _in_transaction(
     own = not conn.in_atomic_block  # a caller's transaction stays open
     deadline = time.monotonic() + wait
     read_only = proto is lock and readonly.usable(conn, own)
+    if own:
+        # Read (on first use: persisted) in autocommit, never in the claim's
+        # transaction: a rollback there must not take back the secret that this
+        # process keeps using for lock ids and derived keys.
+        server_secret(target.using)
     while True:
         try:
             with transaction.atomic(using=target.using):

@@ -72,13 +72,24 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
     from psycopg import IsolationLevel  # only here: importing the app needs no psycopg
 
     conn.ensure_connection()
-    # The session's own level, not only what OPTIONS said: a pooled connection keeps
-    # the level it was last given. None is the server's default (read committed
-    # unless default_transaction_isolation says otherwise: then declare it in OPTIONS).
-    level = getattr(conn.connection, "isolation_level", None)
+    raw = conn.connection
+    # psycopg's own setting (what its BEGIN says), not Django's attribute: without
+    # OPTIONS["isolation_level"] Django leaves it unset, and the server's default
+    # (ALTER DATABASE, a role, a pooler's connect_query) decides.
+    level = raw.isolation_level
     if level is None:
-        level = getattr(conn, "isolation_level", IsolationLevel.READ_COMMITTED)
+        committed = _server_default.get(conn.alias)
+        if committed is None:
+            row = raw.execute("SELECT current_setting('default_transaction_isolation')").fetchone()
+            committed = _server_default[conn.alias] = row is not None and row[0] in _COMMITTED
+        return committed
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+
+
+_COMMITTED = ("read committed", "read uncommitted")
+# The server's default level (the database's or role's setting), asked once per
+# alias in this process: not a round trip per new connection (CONN_MAX_AGE = 0).
+_server_default: dict[str, bool] = {}
 
 
 def claim(target: Target, bounded: bool, wait: float) -> Found:
