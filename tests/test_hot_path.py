@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
+import idempotency_django
 from idempotency_django import signals
 from idempotency_django.options import Options, meta_name
 from tests.helpers import new_key, post
 
-ROOT = Path(__file__).resolve().parent.parent / "idempotency_django"
+# The package under test (the installed wheel under tox), not a path beside the tests.
+ROOT = Path(idempotency_django.__file__).resolve().parent
 
 
 def test_the_policy_is_compiled_once_per_settings_change() -> None:

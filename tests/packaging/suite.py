@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# What the tests read besides the package: the docs build and its includes, the sample.
-TREES = ("tests", "sample_project", "docs")
-FILES = ("manage.py", "pyproject.toml", "README.rst", "CHANGELOG.rst")
+# What the tests read besides the package: the docs build and its includes, the sample,
+# and what CI runs (the Makefile, .ci/run).
+TREES = ("tests", "sample_project", "docs", ".ci")
+FILES = ("manage.py", "pyproject.toml", "README.rst", "CHANGELOG.rst", "Makefile")
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.sqlite3", "results", "_build")
 
 
