@@ -96,7 +96,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy(max_attempts=...) must be at least 1, got {self.max_attempts}.")
+            raise ValueError(
+                f"RetryPolicy(max_attempts=...) must be at least 1, got {self.max_attempts}."
+            )
         for name in ("max_time", "backoff", "max_backoff", "max_retry_after"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RetryPolicy({name}=...) can't be negative.")
@@ -111,7 +113,9 @@ def retryable_status(status: int) -> bool:
     return status >= 500 or status in TRANSIENT_4XX
 
 
-def retry_after_seconds(value: str | None, now: Callable[[], datetime] | None = None) -> float | None:
+def retry_after_seconds(
+    value: str | None, now: Callable[[], datetime] | None = None
+) -> float | None:
     """``Retry-After`` as seconds (delta-seconds or an HTTP-date); ``None`` if absent or bad."""
     if not value:
         return None
@@ -157,7 +161,7 @@ class Attempts:
         return self._next(self._backoff(), None, f"{type(error).__name__}: {error}")
 
     def _backoff(self) -> float:
-        step = min(self.policy.max_backoff, self.policy.backoff * 2 ** (self.count - 1))
+        step = min(self.policy.max_backoff, self.policy.backoff * 2.0 ** (self.count - 1))
         return step * self.policy.random()
 
     def _next(self, wait: float, status: int | None, reason: str) -> float:

@@ -105,7 +105,7 @@ def _reply(got: httpx.Response) -> Reply:
 
 
 def _replayed(headers: Any) -> bool:
-    return headers.get("Idempotent-Replayed") == "true"
+    return bool(headers.get("Idempotent-Replayed") == "true")
 
 
 def charge(description: str) -> dict[str, Any]:
@@ -183,10 +183,14 @@ def test_it_gives_up_with_the_key_after_its_attempts(
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_422_is_never_retried(library: str, proxy: FaultProxy) -> None:
     clock, key = Clock(), str(uuid.uuid4())
-    first = post(library, proxy.port, clock.policy(), charge("one"), headers={"Idempotency-Key": key})
+    first = post(
+        library, proxy.port, clock.policy(), charge("one"), headers={"Idempotency-Key": key}
+    )
     proxy.script()
 
-    other = post(library, proxy.port, clock.policy(), charge("two"), headers={"Idempotency-Key": key})
+    other = post(
+        library, proxy.port, clock.policy(), charge("two"), headers={"Idempotency-Key": key}
+    )
 
     assert (first.status, first.key) == (201, key)
     assert (other.status, other.key) == (422, key)
