@@ -195,6 +195,7 @@ def test_retry_after_as_a_date_and_garbage() -> None:
     assert retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", lambda: now) == 30
     assert retry_after_seconds("Thu, 01 Jan 2026 11:00:00 GMT", lambda: now) == 0
     assert retry_after_seconds("Thu, 01 Jan 2026 12:00:30 -0000", lambda: now) == 30
+    assert retry_after_seconds("Thu, 01 Jan 2015 11:00:00 GMT") == 0
     assert retry_after_seconds("soon") is None
     assert retry_after_seconds(None) is None
     assert [retryable_status(s) for s in (409, 599, 422)] == [True, True, False]
@@ -219,3 +220,14 @@ def test_only_the_library_asked_for_is_imported() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert uuid.UUID(done.stdout.strip()).version == 7
+
+
+def test_it_gives_up_after_its_attempts_when_no_answer_comes() -> None:
+    _, mock = scripted(*[httpx.ConnectError("refused")] * 3)
+    policy = Clock().policy(max_attempts=3)
+    with (
+        httpx.Client(transport=IdempotentTransport(mock, policy=policy)) as http,
+        pytest.raises(RetriesExhausted, match="no attempts left") as raised,
+    ):
+        http.post("http://test/x", headers={"Idempotency-Key": "k-1"})
+    assert (raised.value.key, raised.value.attempts) == ("k-1", 3)

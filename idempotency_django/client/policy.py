@@ -176,10 +176,8 @@ class Attempts:
         return RetriesExhausted(self.key, self.count, status, reason, elapsed)
 
 
-def key_for(existing: str | bytes | None) -> str:
+def key_for(existing: str | None) -> str:
     """The caller's own key (the request's header), or a fresh one."""
-    if isinstance(existing, bytes):
-        existing = existing.decode("ascii")
     return existing or new_key()
 
 
