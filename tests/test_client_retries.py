@@ -231,3 +231,12 @@ def test_it_gives_up_after_its_attempts_when_no_answer_comes() -> None:
     ):
         http.post("http://test/x", headers={"Idempotency-Key": "k-1"})
     assert (raised.value.key, raised.value.attempts) == ("k-1", 3)
+
+
+def test_requests_keeps_a_key_given_as_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = _stub_send(monkeypatch, 503)
+    with requests.Session() as session:
+        session.mount("http://", IdempotentAdapter(policy=Clock().policy()))
+        got = session.delete("http://test/x", headers={"Idempotency-Key": b"mine"})
+    assert got.status_code == 200
+    assert keys == ["mine", "mine"]

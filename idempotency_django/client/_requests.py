@@ -33,7 +33,10 @@ class IdempotentAdapter(HTTPAdapter):
     ) -> requests.Response:
         if not self.policy.applies(request.method or "GET"):
             return super().send(request, **kwargs)
-        attempts = Attempts(self.policy, key_for(request.headers.get(self.policy.header)))
+        given = request.headers.get(self.policy.header)
+        attempts = Attempts(
+            self.policy, key_for(given.decode() if isinstance(given, bytes) else given)
+        )
         request.headers[self.policy.header] = attempts.key
         once = not _resendable(request.body)
         while True:

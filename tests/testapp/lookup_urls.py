@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.urls import URLPattern, URLResolver, include, path
 from ninja import NinjaAPI
 from ninja.security import django_auth
@@ -14,7 +16,7 @@ keys_api = NinjaAPI(urls_namespace="keys-ninja", auth=django_auth)
 keys_api.add_router("/idempotency/", key_router())
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    *base,
+    *cast(list[URLPattern | URLResolver], base),
     path("idempotency/", include("idempotency_django.urls")),
     path("drf/idempotency/keys/<path:key>/", KeyStatusView.as_view()),
     path("ninja-keys/", keys_api.urls),
