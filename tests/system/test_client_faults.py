@@ -28,7 +28,7 @@ from idempotency_django.client import (
     RetryPolicy,
 )
 from tests.http_fault_proxy import Answer, FaultProxy
-from tests.system.harness import SLOW_CHARGES, SampleServer, ScratchDatabase
+from tests.system.harness import SLOW_CHARGES, SampleServer, ScratchDatabase, manage
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
@@ -241,3 +241,12 @@ def test_a_retry_while_the_first_attempt_is_in_flight_waits_for_its_answer(
     assert [seen.fault for seen in proxy.seen][:2] == ["drop_early", "forward"]
     assert len(set(proxy.keys())) == 1
     assert len(waits.sleeps) >= 2  # after the lost answer, then after the 409
+
+
+def test_the_samples_command_pays_once_through_its_flaky_proxy(
+    served: SampleServer, scratch: ScratchDatabase
+) -> None:
+    out = manage(scratch.url, "pay_through_flaky_proxy", "--url", f"http://127.0.0.1:{served.port}")
+    assert "attempts: 2" in out
+    assert "replayed: True" in out
+    assert "charges:  1" in out
