@@ -10,6 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import ninja  # noqa: F401
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "ninja")
 from ninja import Router
 from ninja.constants import NOT_SET
 

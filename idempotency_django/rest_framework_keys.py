@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import rest_framework  # noqa: F401
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "drf")
 from rest_framework.request import Request
 from rest_framework.views import APIView
 

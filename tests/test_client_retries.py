@@ -240,3 +240,27 @@ def test_requests_keeps_a_key_given_as_bytes(monkeypatch: pytest.MonkeyPatch) ->
         got = session.delete("http://test/x", headers={"Idempotency-Key": b"mine"})
     assert got.status_code == 200
     assert keys == ["mine", "mine"]
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "missing", "extra"),
+    [
+        ("IdempotentTransport", "idempotency_django.client._httpx", "httpx", "httpx"),
+        ("IdempotentAdapter", "idempotency_django.client._requests", "requests", "requests"),
+    ],
+)
+def test_a_client_without_its_library_says_what_to_install(
+    name: str, module: str, missing: str, extra: str
+) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "import idempotency_django.client as c\n"
+        "try:\n"
+        f"    c.{name}\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == (
+        f"{module} needs {missing}, which is not installed: pip install 'idempotency-django[{extra}]'"
+    )

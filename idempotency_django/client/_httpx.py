@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-import httpx
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import httpx
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "httpx")
 
 from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, retryable_status
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import requests
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import requests
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "requests")
 from requests.adapters import HTTPAdapter
 
 from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, retryable_status
