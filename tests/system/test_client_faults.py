@@ -250,3 +250,15 @@ def test_the_samples_command_pays_once_through_its_flaky_proxy(
     assert "attempts: 2" in out
     assert "replayed: True" in out
     assert "charges:  1" in out
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)CommandError: gave up after 3 attempt.*Send it again with this key",
+    ):
+        manage(
+            scratch.url,
+            "pay_through_flaky_proxy",
+            "--url",
+            f"http://127.0.0.1:{served.port}",
+            "--lose",
+            "3",
+        )

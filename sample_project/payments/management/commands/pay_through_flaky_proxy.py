@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_django.client import IdempotentTransport, RetryPolicy
+from idempotency_django.client import IdempotentTransport, RetriesExhausted, RetryPolicy
 from sample_project.payments.flaky_proxy import FlakyProxy
 from sample_project.payments.models import Charge
 
@@ -26,19 +26,25 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="the running sample")
         parser.add_argument("--lose", type=int, default=1, help="answers the proxy loses")
+        parser.add_argument("--attempts", type=int, default=3, help="the client's attempts")
         parser.add_argument("--amount", type=int, default=1000)
 
-    def handle(self, *args: Any, url: str, lose: int, amount: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, url: str, lose: int, attempts: int, amount: int, **options: Any
+    ) -> None:
         target = urlsplit(url)
         proxy = FlakyProxy(target.hostname or "127.0.0.1", target.port or 80, lose=lose)
         description = f"flaky-proxy-{uuid.uuid4()}"
-        transport = IdempotentTransport(policy=RetryPolicy(max_attempts=lose + 2))
+        transport = IdempotentTransport(policy=RetryPolicy(max_attempts=attempts))
         try:
             with httpx.Client(base_url=proxy.url, transport=transport, timeout=30) as client:
                 response = client.post(
                     "/charges/",
                     json={"amount": amount, "currency": "eur", "description": description},
                 )
+        except RetriesExhausted as error:
+            # More answers lost than attempts allowed: the charge may exist. The key says.
+            raise CommandError(f"{error}\nSend it again with this key: one charge.") from error
         finally:
             proxy.close()
         self.stdout.write(f"key:      {response.extensions['idempotency_key']}")
