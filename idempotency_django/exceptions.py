@@ -72,6 +72,13 @@ class NotAuthenticated(IdempotencyError):
     title = "Authentication required"
     default_detail = "Asking about a key needs an authenticated caller: keys belong to one."
 
+    def __init__(self, detail: str | None = None, challenge: str | None = None) -> None:
+        super().__init__(detail)
+        self.challenge = challenge
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.challenge} if self.challenge else {}
+
 
 class KeyUnknown(IdempotencyError):
     status, code = 404, "key-unknown"

@@ -38,7 +38,12 @@ class KeyStatusView(APIView):
         authenticated = bool(request.user and request.user.is_authenticated)
         try:
             found = caller_key_status(
-                request._request, key, authenticated, lambda: self.get_idempotency_tenant(request)
+                request._request,
+                key,
+                authenticated,
+                lambda: self.get_idempotency_tenant(request),
+                # DRF's own challenge ("Token", "Basic realm=…"), as its 401s carry.
+                challenge=self.get_authenticate_header(request),
             )
         except IdempotencyError as error:
             return problem_response(error)

@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 
 from idempotency_django.conf import conf
+from idempotency_django.core import store_errors
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
 from idempotency_django.keys import parse_key
@@ -40,16 +41,23 @@ def key_status(request: HttpRequest, key: str) -> HttpResponse:
 
 
 def caller_key_status(
-    request: HttpRequest, raw_key: str, authenticated: bool, tenant: Callable[[], str]
+    request: HttpRequest,
+    raw_key: str,
+    authenticated: bool,
+    tenant: Callable[[], str],
+    challenge: str | None = None,
 ) -> KeyStatus:
     """The status of ``raw_key`` in the key space ``tenant()`` names, for an authenticated
     caller; the one rule behind the Django, DRF and Ninja lookups (each knows its own
-    caller). Raises :class:`NotAuthenticated`, ``KeyMalformed`` or :class:`KeyUnknown`.
+    caller). Raises :class:`NotAuthenticated` (with ``challenge`` as its
+    ``WWW-Authenticate``, where the stack knows one), ``KeyMalformed``,
+    ``StoreUnavailable`` or :class:`KeyUnknown`.
     """
     if not authenticated:
-        raise NotAuthenticated()
+        raise NotAuthenticated(challenge=challenge)
     key = parse_key(raw_key, conf.KEY_MAX_LENGTH)
-    found = lookup(key, tenant=tenant(), using=entries_alias(None, request))
+    with store_errors():  # the entries' database unreachable: 503, as for a protected view
+        found = lookup(key, tenant=tenant(), using=entries_alias(None, request))
     if found is None:
         raise KeyUnknown()
     return found

@@ -15,10 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from django.utils import timezone
 
+from idempotency_django import views
 from idempotency_django.lookup import KeyStatus, lookup
 from idempotency_django.models import IdempotencyEntry
 from tests.lock_helpers import lock_id
@@ -107,6 +108,8 @@ def test_a_key_in_progress_says_when_to_ask_again(mount: str, alice: Client) -> 
 def test_anonymous_callers_and_bad_keys_are_refused(mount: str, alice: Client) -> None:
     anonymous = Client().get(f"{mount}some-key/")
     assert anonymous.status_code == 401
+    if mount.startswith("/drf/"):
+        assert anonymous["WWW-Authenticate"] == "Token"  # DRF's first authentication class
     assert ask(alice, mount, "x" * 300).status_code == 400
 
 
@@ -167,3 +170,13 @@ def holding_the_lock_of(key: str, tenant: str) -> Iterator[None]:
         other.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [lock_id(key, tenant)])
         yield
         other.rollback()
+
+
+def test_an_unreachable_store_is_503(alice: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(views, "lookup", unreachable)
+    answer = ask(alice, MOUNTS[0], "any-key")
+    assert (answer.status_code, answer["Content-Type"]) == (503, "application/problem+json")
+    assert answer["Retry-After"] == "5"
