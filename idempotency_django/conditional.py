@@ -117,6 +117,28 @@ def if_match(etag_of: EtagOf, *, required: bool = True) -> Callable[[ViewFunc], 
     return decorate
 
 
+def version_of(
+    rows: type[models.Model] | models.QuerySet[Any],
+    field: str = "version",
+    *,
+    kwarg: str = "pk",
+    lookup: str = "pk",
+) -> EtagOf:
+    """An ``etag_of`` for :func:`if_match` reading a version field: ``field`` of the row
+    whose ``lookup`` is the view's ``kwarg`` URL argument, locked ``FOR UPDATE``
+    (``None``, so 412, when there is no such row).
+
+    ``@if_match(version_of(Account))`` for ``path("accounts/<int:pk>/", ...)``.
+    """
+    queryset = rows if isinstance(rows, models.QuerySet) else rows._default_manager.all()
+
+    def read(request: HttpRequest, *args: Any, **kwargs: Any) -> object:
+        row = queryset.select_for_update().filter(**{lookup: kwargs[kwarg]})
+        return row.values_list(field, flat=True).first()
+
+    return read
+
+
 def _as_etag(version: object) -> str:
     text = str(version)
     quoted = len(text) >= 2 and text[0] == text[-1] == '"'
@@ -154,4 +176,5 @@ __all__ = [
     "if_match",
     "if_match_list",
     "precondition_error",
+    "version_of",
 ]

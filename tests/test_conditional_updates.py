@@ -16,6 +16,7 @@ from idempotency_django.conditional import (
     etag,
     if_match_list,
     precondition_error,
+    version_of,
 )
 from tests.conftest import close_connections_after
 from tests.testapp.models import Charge
@@ -90,6 +91,22 @@ def test_if_match_parsing_and_etags() -> None:
     request = RequestFactory().patch("/", headers={"If-Match": '"1"'})
     assert precondition_error(request, '"1"') is None
     assert precondition_error(RequestFactory().patch("/"), '"1"', required=False) is None
+
+
+@pytest.mark.django_db
+def test_a_version_field_read_by_version_of() -> None:
+    charge = Charge.objects.create(reference="a", amount=9)
+
+    def delete(if_match: str, key: str) -> int:
+        headers = {"Idempotency-Key": key, "If-Match": if_match}
+        return Client().delete(f"/conditional/delete/{charge.pk}/", headers=headers).status_code
+
+    assert delete('"8"', "d-1") == 412
+    assert delete('"9"', "d-2") == 204
+    assert delete('"9"', "d-2") == 204  # the replay
+    assert delete('"9"', "d-3") == 412  # gone
+    assert not Charge.objects.filter(pk=charge.pk).exists()
+    assert version_of(Charge, "amount")(None, pk=charge.pk) is None  # a model: its manager
 
 
 @pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from idempotency_django import idempotent
-from idempotency_django.conditional import check_if_match, etag, if_match
+from idempotency_django.conditional import check_if_match, etag, if_match, version_of
 from tests.testapp.models import Charge
 
 
@@ -44,7 +44,16 @@ def put_charge(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse(status=204, headers={"ETag": etag(charge.amount + 1)})
 
 
+@csrf_exempt
+@idempotent(methods=["DELETE"])
+@if_match(version_of(Charge.objects.all(), "amount", kwarg="pk"))
+def delete_charge(request: HttpRequest, pk: int) -> HttpResponse:
+    Charge.objects.filter(pk=pk).delete()
+    return HttpResponse(status=204)
+
+
 urlpatterns = [
+    path("conditional/delete/<int:pk>/", delete_charge),
     path("conditional/charges/<int:pk>/", patch_charge),
     path("conditional/put/<int:pk>/", put_charge),
 ]
