@@ -208,7 +208,8 @@ def test_a_retry_while_the_first_attempt_is_in_flight_waits_for_its_answer(
 
     def inside_the_view() -> None:
         for _ in range(600):
-            if any(b.key for b in scratch.backends(in_transaction=True)):
+            key = proxy.seen[0].key  # the first attempt's, seen before hold() is called
+            if any(b.key == key for b in scratch.backends(in_transaction=True)):
                 return
             proxy.answered.wait(0.05)
         raise AssertionError("the first attempt never reached its view")
