@@ -67,12 +67,50 @@ class StoreUnavailable(IdempotencyError):
         return {"Retry-After": "5"}
 
 
+class NotAuthenticated(IdempotencyError):
+    status, code = 401, "not-authenticated"
+    title = "Authentication required"
+    default_detail = "Asking about a key needs an authenticated caller: keys belong to one."
+
+    def __init__(self, detail: str | None = None, challenge: str | None = None) -> None:
+        super().__init__(detail)
+        self.challenge = challenge
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.challenge} if self.challenge else {}
+
+
+class KeyUnknown(IdempotencyError):
+    status, code = 404, "key-unknown"
+    title = "Idempotency key unknown"
+    default_detail = (
+        "No request with this idempotency key is known for you: never received, "
+        "rolled back, or past its retention."
+    )
+
+
+class PreconditionFailed(IdempotencyError):
+    status, code = 412, "precondition-failed"
+    title = "Precondition failed"
+    default_detail = "The resource changed since you read it (If-Match); read it again."
+
+
+class PreconditionRequired(IdempotencyError):
+    status, code = 428, "precondition-required"
+    title = "Precondition required"
+    default_detail = "This update needs an If-Match header with the resource's current ETag."
+
+
 ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
     KeyMissing,
     KeyMalformed,
     KeyReused,
     RequestInProgress,
     StoreUnavailable,
+    NotAuthenticated,
+    KeyUnknown,
+    PreconditionFailed,
+    PreconditionRequired,
 )
 
 

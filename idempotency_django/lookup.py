@@ -1,4 +1,6 @@
-"""What the library holds for one (tenant, key): for ``manage.py inspect_idempotency``.
+"""What the library holds for one (tenant, key): for ``manage.py inspect_idempotency``,
+and, through :func:`lookup`, for callers asking what became of their key
+(``GET …/keys/<key>/``, :mod:`idempotency_django.urls`; tasks; the client after giving up).
 
 Read only, except :func:`release`, which is the admin action's rule
 (:func:`idempotency_django.purge.release`). Times are judged by the database's clock.
@@ -6,6 +8,7 @@ Read only, except :func:`release`, which is the admin action's rule
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +20,7 @@ from django.db.models.functions import Now
 from idempotency_django import purge
 from idempotency_django.calls import namespaced
 from idempotency_django.conf import conf
+from idempotency_django.databases import default_alias
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import protocol_for
 from idempotency_django.store import pg
@@ -111,4 +115,76 @@ def release(found: Found) -> bool:
     return purge.release([found.entry.pk], using=found.entry._state.db) == 1
 
 
-__all__ = ["Found", "body_summary", "find", "lock_held", "protocol", "release", "stored_keys"]
+# The most a lookup's Retry-After asks for, as the 409's (execution.RETRY_AFTER_MAX) is bounded.
+_RETRY_AFTER_MAX = 60
+
+
+@dataclass(frozen=True)
+class KeyStatus:
+    """What became of a (tenant, key), as :func:`lookup` and ``GET …/keys/<key>/`` tell it.
+
+    ``status`` is ``"in_progress"``, ``"completed"`` or ``"failed_final"`` (a final
+    4xx, stored and replayed like a success). A finished key has its answer's
+    ``response_status``, when it was first received (``created_at``) and until when
+    it is kept (``expires_at``); one in progress has ``retry_after`` seconds, and a
+    ``created_at``/``expires_at`` only when its claim was committed (the lease protocol).
+    """
+
+    key: str
+    status: str
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    response_status: int | None = None
+    retry_after: int | None = None
+
+    def as_json(self) -> dict[str, object]:
+        """The JSON body of the HTTP lookup: ISO 8601 times, absent fields left out."""
+        found: dict[str, object] = {"key": self.key, "status": self.status}
+        for name in ("created_at", "expires_at"):
+            when = getattr(self, name)
+            if when is not None:
+                found[name] = when.isoformat()
+        if self.response_status is not None:
+            found["response_status"] = self.response_status
+        if self.retry_after is not None:
+            found["retry_after"] = self.retry_after
+        return found
+
+
+def lookup(key: str, *, tenant: str, using: str | None = None) -> KeyStatus | None:
+    """What became of ``key`` sent by ``tenant``: a :class:`KeyStatus`, or ``None`` when
+    nothing is known (never received, rolled back, expired, or another tenant's).
+
+    ``key`` is the key as the server stored it (a view's key, unquoted). ``using``
+    defaults to the entries' database (``IDEMPOTENCY_DATABASE``). Only ``tenant``'s
+    entries are ever read.
+    """
+    using = using or default_alias()
+    found = find(tenant, [key], using)
+    if found is None or found.expired:
+        # A "lock" protocol request in flight has no committed row, only its lock.
+        held = lock_held(tenant, key, using)
+        return (
+            KeyStatus(key, IdempotencyEntry.Status.IN_PROGRESS.value, retry_after=1)
+            if held
+            else None
+        )
+    entry = found.entry
+    if not entry.is_final:
+        left = (entry.locked_until - found.now).total_seconds()
+        retry = min(_RETRY_AFTER_MAX, max(1, math.ceil(left)))
+        return KeyStatus(key, entry.status, entry.created_at, entry.expires_at, None, retry)
+    return KeyStatus(key, entry.status, entry.created_at, entry.expires_at, entry.response_status)
+
+
+__all__ = [
+    "Found",
+    "KeyStatus",
+    "body_summary",
+    "find",
+    "lock_held",
+    "lookup",
+    "protocol",
+    "release",
+    "stored_keys",
+]

@@ -1,0 +1,50 @@
+"""The key lookup as a DRF view: ``path("idempotency/keys/<path:key>/", KeyStatusView.as_view())``.
+
+DRF authenticates the caller (token, session, …, the view's or the project's
+``DEFAULT_AUTHENTICATION_CLASSES``); the tenant is what
+:class:`~idempotency_django.rest_framework.IdempotentMixin` resolves by default.
+Imports DRF: import it only where DRF is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+
+from idempotency_django.extras import raise_missing_extra
+
+try:
+    import rest_framework  # noqa: F401
+except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
+    raise_missing_extra(error, __name__, "drf")
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from idempotency_django.conf import conf
+from idempotency_django.exceptions import IdempotencyError
+from idempotency_django.responses import problem_response
+from idempotency_django.views import caller_key_status, status_response
+
+
+class KeyStatusView(APIView):
+    """``GET``: the caller's key's status; 401 problem+json without a caller, 404 unknown."""
+
+    def get_idempotency_tenant(self, request: Request) -> str:
+        """Whose key space to look in: the mixin's default (override both alike)."""
+        return conf.TENANT_RESOLVER(request)
+
+    def get(self, request: Request, key: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        authenticated = bool(request.user and request.user.is_authenticated)
+        try:
+            found = caller_key_status(
+                request._request,
+                key,
+                authenticated,
+                lambda: self.get_idempotency_tenant(request),
+                # DRF's own challenge ("Token", "Basic realm=…"), as its 401s carry.
+                challenge=self.get_authenticate_header(request),
+            )
+        except IdempotencyError as error:
+            return problem_response(error)
+        return status_response(found)
