@@ -320,7 +320,7 @@ def _from_cache(
     if policy.cache is None:
         return None
     assert context.key is not None
-    hit = cache.get(policy.cache, context.tenant, context.key)
+    hit = cache.get(policy.cache, policy.database, context.tenant, context.key)
     if hit is None:
         return None
     stored_fingerprint, stored = hit
@@ -339,11 +339,17 @@ def _cache_on_commit(
     """
     if policy.cache is None:
         return
-    alias, tenant, key = policy.cache, context.tenant, context.key
+    alias, database, tenant, key = policy.cache, policy.database, context.tenant, context.key
     assert key is not None
     transaction.on_commit(
         lambda: cache.put(
-            alias, tenant, key, fingerprint, answer, timedelta(seconds=slot.cache_lifetime())
+            alias,
+            database,
+            tenant,
+            key,
+            fingerprint,
+            answer,
+            timedelta(seconds=slot.cache_lifetime()),
         ),
         using=policy.database,
     )

@@ -32,6 +32,7 @@ _SEED = b"idempotency_django.derive"
 _ROW = 1
 _cache: dict[str, bytes] = {}
 _DIGEST = "\x00key_digest"  # no database alias is spelt so
+_CACHE = "\x00cache"  # nor so
 _WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
 
 
@@ -74,17 +75,31 @@ def digest_secret() -> bytes:
     ``IDEMPOTENCY_SECRET`` if set, else ``SECRET_KEY``: a rotation only changes the
     digests logged from then on.
     """
-    found = _cache.get(_DIGEST)
+    return _from_settings(_DIGEST, b"key_digest")
+
+
+def cache_secret() -> bytes:
+    """The key of the replay cache's names: this project's own namespace in a shared cache.
+
+    From settings alone, like :func:`digest_secret`: a cache lookup comes before any
+    database statement, and a ``SECRET_KEY`` rotation only costs cache misses (the
+    database still holds every answer).
+    """
+    return _from_settings(_CACHE, b"cache")
+
+
+def _from_settings(slot: str, purpose: bytes) -> bytes:
+    found = _cache.get(slot)
     if found is None:
         configured = conf.SECRET
         source = force_bytes(settings.SECRET_KEY if configured is None else configured)
-        found = _cache[_DIGEST] = _digest_key(source)
+        found = _cache[slot] = _settings_key(source, purpose)
     return found
 
 
 @functools.lru_cache(maxsize=8)
-def _digest_key(source: bytes) -> bytes:
-    return _subkey(hashlib.sha256(_SEED + source).digest(), b"key_digest")
+def _settings_key(source: bytes, purpose: bytes) -> bytes:
+    return _subkey(hashlib.sha256(_SEED + source).digest(), purpose)
 
 
 @functools.lru_cache(maxsize=8)
@@ -127,4 +142,4 @@ def _forget(setting: str, **kwargs: Any) -> None:
         _cache.clear()
 
 
-__all__ = ["lock_id", "seed_from_settings", "server_secret"]
+__all__ = ["cache_secret", "digest_secret", "lock_id", "seed_from_settings", "server_secret"]
