@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import router
+from django.db import OperationalError, connections, router, transaction
 from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
@@ -41,7 +41,7 @@ def server_secret(using: str | None = None) -> bytes:
     alias = using or conf.DATABASE
     found = _cache.get(alias)
     if found is None:
-        found = _cache[alias] = _load(alias)
+        found = _load(alias)
     return found
 
 
@@ -108,8 +108,60 @@ def _subkey(secret: bytes, purpose: bytes) -> bytes:
 
 
 def _load(alias: str) -> bytes:
+    """Read (first: persist) the secret in a transaction of its own, and keep it.
+
+    Never in a caller's transaction (a view's under ``ATOMIC_REQUESTS``, a
+    ``transaction.atomic()`` block): a rollback there would take back the row
+    while this process keeps using the value, and a server started after a
+    ``SECRET_KEY`` rotation would persist another one (another derived key for a
+    retry). So inside one it is read on a connection of its own, in autocommit.
+    SQLite has one writer, which that transaction may be (and a caller's
+    transaction may hold the row's lock itself): there the row is written in it,
+    and kept only once it commits (after a rollback it is read again).
+    """
+    conn = connections[alias]
     if conf.SECRET is not None:
-        return seed_from_settings()
+        found = seed_from_settings()
+    elif not conn.in_atomic_block:
+        found = _read_or_persist(alias)
+    else:
+        apart = _apart(alias) if conn.vendor in _APART else None
+        if apart is None:
+            found = _read_or_persist(alias)
+            transaction.on_commit(functools.partial(_cache.__setitem__, alias, found), alias)
+            return found
+        found = apart
+    _cache[alias] = found
+    return found
+
+
+# Per vendor: bounds a wait on the row that the caller's own transaction could hold.
+_APART = {
+    "postgresql": "SET lock_timeout = '2s'",
+    "mysql": "SET innodb_lock_wait_timeout = 2",
+}
+
+
+def _apart(alias: str) -> bytes | None:
+    """:func:`_read_or_persist` on a new connection to ``alias``, in autocommit.
+
+    ``None`` when it waited on a lock (the caller's transaction holds the row).
+    """
+    outer = connections[alias]
+    own = connections.create_connection(alias)
+    connections[alias] = own
+    try:
+        with own.cursor() as cursor:
+            cursor.execute(_APART[own.vendor])
+        return _read_or_persist(alias)
+    except OperationalError:
+        return None
+    finally:
+        connections[alias] = outer
+        own.close()
+
+
+def _read_or_persist(alias: str) -> bytes:
     from idempotency_django.models import IdempotencySecret
 
     rows = IdempotencySecret.objects.using(alias)
