@@ -17,6 +17,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpRequest, HttpResponse
@@ -173,7 +174,7 @@ def _keyed(
         return _refusals_inside(call_view)()
     context._fingerprint = keyed(policy.fingerprint(request))
     seen.key = (tenant, context.key)
-    return run(context, policy, _checked(call_view, tenant_of, tenant), seen)
+    return run(context, policy, _checked(request, call_view, tenant_of, tenant), seen)
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
@@ -269,21 +270,46 @@ def _refusals_inside(call_view: ViewCall) -> ViewCall:
     return call
 
 
-def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
-    """``call_view`` that fails loudly when the view changed who the caller is."""
+def _checked(
+    request: HttpRequest, call_view: ViewCall, tenant_of: TenantOf, tenant: str
+) -> ViewCall:
+    """``call_view`` that fails loudly when the view authenticated the caller late.
+
+    A view that changes who the caller is on purpose (a sign-up calling ``login()``,
+    a delete-my-account calling ``logout()``) is fine: its key was claimed, and its
+    answer is recorded, in the key space of the caller who sent the request (the
+    tenant resolved before the view), where that caller's retry finds it. Any other
+    change means the tenant was resolved before authentication, in the wrong key space.
+    """
 
     def call() -> HttpResponse:
+        setattr(request, _SWITCHED, False)
         try:
             response = call_view()
         except RuntimeError as exc:
             if "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
-        if check_tenant(tenant_of()) != tenant:
+        if not getattr(request, _SWITCHED) and check_tenant(tenant_of()) != tenant:
             raise ImproperlyConfigured(_TENANT_CHANGED)
         return response
 
     return _refusals_inside(call)
+
+
+# Set on the request by login() and logout() (their signals) while a protected view runs.
+_SWITCHED = "_idempotency_principal_switched"
+
+
+def _principal_switched(
+    sender: object, request: HttpRequest | None = None, **kwargs: object
+) -> None:
+    if request is not None and hasattr(request, _SWITCHED):
+        setattr(request, _SWITCHED, True)
+
+
+user_logged_in.connect(_principal_switched, dispatch_uid="idempotency_django.core.logged_in")
+user_logged_out.connect(_principal_switched, dispatch_uid="idempotency_django.core.logged_out")
 
 
 _DURABLE = (
@@ -291,11 +317,13 @@ _DURABLE = (
     "transaction.atomic(durable=True) can't be used in it: use a plain atomic() block."
 )
 _TENANT_CHANGED = (
-    "The idempotency tenant changed while the view ran: the view authenticates the caller "
-    "itself, after @idempotent resolved the tenant, so the key was claimed in the wrong "
-    "caller's key space. Nothing was stored. Put @idempotent below (after) the "
-    "authentication decorators, or, for Django REST framework views, use "
-    "idempotency_django.rest_framework.IdempotentMixin (or @api_view above @idempotent)."
+    "The idempotency tenant changed while the view ran, and not through login() or "
+    "logout(): the view authenticates the caller itself, after @idempotent resolved the "
+    "tenant, so the key was claimed in the wrong caller's key space. Nothing was stored. "
+    "Put @idempotent below (after) the authentication decorators, or, for Django REST "
+    "framework views, use idempotency_django.rest_framework.IdempotentMixin (or "
+    "@api_view above @idempotent). A view that signs a user in or out on purpose must do "
+    "it with django.contrib.auth's login()/logout() (or alogin()/alogout())."
 )
 
 
