@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.core.exceptions import ImproperlyConfigured
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
@@ -37,6 +37,7 @@ from idempotency_django.keys import derive_key, extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
+from idempotency_django.store.pg import IDLE_BOUND
 from idempotency_django.store.sql import Target
 
 logger = logging.getLogger("idempotency_django")
@@ -327,6 +328,27 @@ _TENANT_CHANGED = (
 )
 
 
+def bound_request_transaction(alias: str) -> None:
+    """Under ``ATOMIC_REQUESTS``, when the request's transaction is Django's (a wrapper above
+    ``@idempotent`` hid its ``_non_atomic_requests``, as DRF's ``@api_view`` does; a Ninja
+    operation, which Django wraps whole), bound that transaction ourselves.
+
+    The claim then runs inside Django's request-wide ``atomic()``, which the store
+    leaves unbounded (a caller's transaction is not ours to cut short); but this one
+    is the request's, the one ``IDEMPOTENCY_IDLE_TIMEOUT`` is for: without the bound a
+    holder lost behind a partition keeps its key for as long as TCP takes to notice.
+    """
+    conn = connections[alias]
+    idle = conf.IDLE_TIMEOUT
+    if idle is None or conn.vendor != "postgresql" or not conn.settings_dict["ATOMIC_REQUESTS"]:
+        return
+    if len(conn.atomic_blocks) != 1:  # not inside exactly Django's request block
+        return
+    with store_errors(), conn.cursor() as cursor:
+        milliseconds = str(max(1, int(idle.total_seconds() * 1000)))
+        cursor.execute(f"SELECT {IDLE_BOUND}", [milliseconds])
+
+
 def _stored(response: HttpResponse) -> bool:
     """Whether this answer is stored and replayed: final, and not an auth refusal."""
     return is_final(response.status_code) and not is_refusal(response)
@@ -430,6 +452,7 @@ __all__ = [
     "IdempotencyError",
     "IdempotentRequest",
     "applies",
+    "bound_request_transaction",
     "current_context",
     "passing_through",
     "protect",

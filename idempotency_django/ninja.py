@@ -219,6 +219,7 @@ def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> 
     try:
         policy = options.resolve(request)
         tenant_of = functools.partial(tenant, request, options.tenant, policy.database)
+        core.bound_request_transaction(policy.database)  # Django wraps an operation whole
         return core.protect(request, policy, tenant_of, call_view)
     except IdempotencyError as error:
         return problem_response(error)
