@@ -33,10 +33,11 @@ from idempotency_django.exceptions import (
 )
 from idempotency_django.execution import Run, claimed, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
-from idempotency_django.keys import derive_key, extracted, parse_key
+from idempotency_django.keys import extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
+from idempotency_django.secret import derive_key
 from idempotency_django.store.pg import IDLE_BOUND
 from idempotency_django.store.sql import Target
 

@@ -282,7 +282,7 @@ def _credential_kind(principal: object) -> str | None:
 
 
 def _credential_digest(credential: bytes, using: str | None) -> str:
-    # Under the server secret, as derived keys are (keys.derive_key): a SECRET_KEY
+    # Under the server secret, as derived keys are (secret.derive_key): a SECRET_KEY
     # rotation must not move a caller to a new key space mid-retry.
     secret = hashlib.sha256(b"idempotency_django.ninja.principal" + server_secret(using)).digest()
     return hmac.new(secret, credential, hashlib.sha256).hexdigest()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 from typing import Any
 
 from django.conf import settings
@@ -27,22 +28,35 @@ from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
 from idempotency_django.conf import conf
+from idempotency_django.databases import default_alias
 
 _SEED = b"idempotency_django.derive"
 _ROW = 1
 _cache: dict[str, bytes] = {}
-_DIGEST = "\x00key_digest"  # no database alias is spelt so
-_CACHE = "\x00cache"  # nor so
+_CACHE = "\x00cache"  # no database alias is spelt so
 _WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
 
 
 def server_secret(using: str | None = None) -> bytes:
     """The 32-byte secret for the entries database ``using`` (read once per process)."""
-    alias = using or conf.DATABASE
+    alias = using or default_alias()
     found = _cache.get(alias)
     if found is None:
         found = _load(alias)
     return found
+
+
+def derive_key(tenant: str, key: str, namespace: str, using: str | None = None) -> str:
+    """A key for an outside service: stable per (tenant, key, namespace), never the key itself.
+
+    HMAC-SHA256 under the server secret of the entries database ``using``
+    (``IDEMPOTENCY_SECRET``, else the value persisted there),
+    never under ``SECRET_KEY`` itself: rotating ``SECRET_KEY`` or dropping a fallback
+    must not change the key a retry hands the provider.
+    """
+    message = json.dumps([tenant, key, namespace], ensure_ascii=False)
+    secret = server_secret(using)
+    return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def seed_from_settings() -> bytes:
@@ -69,19 +83,10 @@ def lock_id(using: str, tenant: str, key: str) -> int:
     return int.from_bytes(mac[:8], "big", signed=True)
 
 
-def digest_secret() -> bytes:
-    """The key of ``signals.key_digest``: from settings alone (no database on a log line).
-
-    ``IDEMPOTENCY_SECRET`` if set, else ``SECRET_KEY``: a rotation only changes the
-    digests logged from then on.
-    """
-    return _from_settings(_DIGEST, b"key_digest")
-
-
 def cache_secret() -> bytes:
     """The key of the replay cache's names: this project's own namespace in a shared cache.
 
-    From settings alone, like :func:`digest_secret`: a cache lookup comes before any
+    From settings alone, like ``signals.key_digest``'s: a cache lookup comes before any
     database statement, and a ``SECRET_KEY`` rotation only costs cache misses (the
     database still holds every answer).
     """
@@ -194,4 +199,4 @@ def _forget(setting: str, **kwargs: Any) -> None:
         _cache.clear()
 
 
-__all__ = ["cache_secret", "digest_secret", "lock_id", "seed_from_settings", "server_secret"]
+__all__ = ["cache_secret", "derive_key", "lock_id", "seed_from_settings", "server_secret"]

@@ -54,7 +54,9 @@ def replay(redis_url: str) -> Iterator[list[tuple[str, str]]]:
     used: list[tuple[str, str]] = []
     with override_settings(IDEMPOTENCY_CACHE="replay", IDEMPOTENCY_TTL=TTL):
         yield used
-        caches["replay"].delete_many([cache.cache_key("default", tenant, key) for tenant, key in used])
+        caches["replay"].delete_many(
+            [cache.cache_key("default", tenant, key) for tenant, key in used]
+        )
 
 
 def cached_key(used: list[tuple[str, str]], tenant: str = "") -> str:

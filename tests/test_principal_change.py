@@ -84,5 +84,5 @@ def test_a_delete_my_account_that_logs_the_user_out_is_protected() -> None:
 def test_a_view_that_authenticates_the_caller_late_still_fails_loudly() -> None:
     User.objects.create_user("someone", password="pw")
     with pytest.raises(ImproperlyConfigured, match="not through login"):
-        post(Client(), "/late/", new_key(), **{"HTTP_X_USER": "someone"})
+        post(Client(), "/late/", new_key(), HTTP_X_USER="someone")
     assert not IdempotencyEntry.objects.exists()
