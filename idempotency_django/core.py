@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -284,15 +285,17 @@ def _checked(
     change means the tenant was resolved before authentication, in the wrong key space.
     """
 
+    raw = _raw(request)
+
     def call() -> HttpResponse:
-        setattr(request, _SWITCHED, False)
+        setattr(raw, _SWITCHED, False)
         try:
             response = call_view()
         except RuntimeError as exc:
             if "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
-        if not getattr(request, _SWITCHED) and check_tenant(tenant_of()) != tenant:
+        if not getattr(raw, _SWITCHED) and check_tenant(tenant_of()) != tenant:
             raise ImproperlyConfigured(_TENANT_CHANGED)
         return response
 
@@ -306,8 +309,14 @@ _SWITCHED = "_idempotency_principal_switched"
 def _principal_switched(
     sender: object, request: HttpRequest | None = None, **kwargs: object
 ) -> None:
-    if request is not None and hasattr(request, _SWITCHED):
-        setattr(request, _SWITCHED, True)
+    raw = _raw(request)
+    if raw is not None and hasattr(raw, _SWITCHED):
+        setattr(raw, _SWITCHED, True)
+
+
+def _raw(request: Any) -> Any:
+    """Django's own request under a DRF ``Request`` (login() may be handed either)."""
+    return getattr(request, "_request", request)
 
 
 user_logged_in.connect(_principal_switched, dispatch_uid="idempotency_django.core.logged_in")

@@ -18,9 +18,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from idempotency_django import idempotent
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.rest_framework import IdempotentMixin
 from tests.helpers import new_key, post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
@@ -48,18 +54,41 @@ def authenticates_late(request: HttpRequest) -> JsonResponse:
     return JsonResponse({}, status=201)
 
 
+@api_view(["POST"])
+@authentication_classes([SessionAuthentication])
+@permission_classes([])
+@idempotent
+def drf_sign_up(request: Request) -> Response:
+    user = User.objects.create_user(json.loads(request.body)["name"], password="pw")
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")  # DRF's request
+    return Response({"id": user.pk}, status=201)
+
+
+class MixinSignUp(IdempotentMixin, APIView):
+    authentication_classes = (SessionAuthentication,)
+    permission_classes = ()
+
+    def post(self, request: Request) -> Response:
+        user = User.objects.create_user(json.loads(request.body)["name"], password="pw")
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return Response({"id": user.pk}, status=201)
+
+
 urlpatterns = [
     path("sign-up/", sign_up),
+    path("mixin/sign-up/", MixinSignUp.as_view()),
+    path("drf/sign-up/", drf_sign_up),
     path("delete-my-account/", delete_my_account),
     path("late/", authenticates_late),
 ]
 
 
-def test_a_sign_up_that_logs_the_new_user_in_is_protected() -> None:
+@pytest.mark.parametrize("path", ["/sign-up/", "/drf/sign-up/", "/mixin/sign-up/"])
+def test_a_sign_up_that_logs_the_new_user_in_is_protected(path: str) -> None:
     key = new_key()
-    first = post(Client(), "/sign-up/", key, {"name": "newcomer"})
+    first = post(Client(), path, key, {"name": "newcomer"})
     # The answer never reached the client (no session cookie): its retry is anonymous.
-    retry = post(Client(), "/sign-up/", key, {"name": "newcomer"})
+    retry = post(Client(), path, key, {"name": "newcomer"})
 
     assert first.status_code == 201
     assert retry["Idempotent-Replayed"] == "true"
