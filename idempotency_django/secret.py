@@ -121,21 +121,25 @@ def _load(alias: str) -> bytes:
     ``SECRET_KEY`` rotation would persist another one (another derived key for a
     retry). So inside one it is read on a connection of its own, in autocommit.
     SQLite has one writer, which that transaction may be (and a caller's
-    transaction may hold the row's lock itself): there the row is written in it,
-    and kept only once it commits (after a rollback it is read again).
+    transaction may hold the row's lock itself): there a row found is kept at once,
+    and a row written in that transaction only once it commits (after a rollback it
+    is read again).
     """
     conn = connections[alias]
     if conf.SECRET is not None:
         found = seed_from_settings()
     elif not conn.in_atomic_block:
-        found = _read_or_persist(alias)
+        found, _written = _read_or_persist(alias)
     else:
         apart = _apart(alias) if conn.vendor in _APART else None
         if apart is None:
-            found = _read_or_persist(alias)
-            transaction.on_commit(functools.partial(_cache.__setitem__, alias, found), alias)
-            return found
-        found = apart
+            found, written = _read_or_persist(alias)
+            if written:
+                keep = functools.partial(_cache.__setitem__, alias, found)
+                transaction.on_commit(keep, alias)
+                return found
+        else:
+            found = apart
     _cache[alias] = found
     return found
 
@@ -158,7 +162,7 @@ def _apart(alias: str) -> bytes | None:
     try:
         with own.cursor() as cursor:
             cursor.execute(_APART[own.vendor])
-        return _read_or_persist(alias)
+        return _read_or_persist(alias)[0]
     except OperationalError:
         return None
     finally:
@@ -166,15 +170,16 @@ def _apart(alias: str) -> bytes | None:
         own.close()
 
 
-def _read_or_persist(alias: str) -> bytes:
+def _read_or_persist(alias: str) -> tuple[bytes, bool]:
+    """The stored secret, and whether this call wrote it."""
     from idempotency_django.models import IdempotencySecret
 
     rows = IdempotencySecret.objects.using(alias)
     stored = rows.filter(pk=_ROW).values_list("value", flat=True).first()
-    if stored is None:
-        ensure_row(alias)
-        stored = rows.filter(pk=_ROW).values_list("value", flat=True).get()
-    return bytes.fromhex(stored)
+    if stored is not None:
+        return bytes.fromhex(stored), False
+    ensure_row(alias)
+    return bytes.fromhex(rows.filter(pk=_ROW).values_list("value", flat=True).get()), True
 
 
 def ensure_row(alias: str) -> None:

@@ -91,11 +91,20 @@ def test_a_callers_transaction_holding_the_secret_row_is_read_in_that_transactio
     no_secret_yet: None,
 ) -> None:
     """The connection apart would wait on the caller's own uncommitted row: it gives up
-    (a bounded lock wait), and the value is read in the caller's transaction, kept only
-    once that commits."""
+    (a bounded lock wait, not a hang), and the value is read in the caller's transaction."""
     with transaction.atomic():
         secret.ensure_row("default")  # the caller's transaction holds the row
         used = secret.server_secret("default")
-        assert "default" not in secret._cache
     assert secret._cache["default"] == used
+    assert bytes.fromhex(IdempotencySecret.objects.get(pk=1).value) == used
+
+
+def test_a_secret_row_found_inside_a_callers_transaction_is_kept_at_once() -> None:
+    """Only a row written in the caller's transaction waits for its commit: one already
+    there is read once, so that an async view's derive() never queries from its loop."""
+    with override_settings(IDEMPOTENCY_SECRET=None):
+        secret._cache.clear()
+        with transaction.atomic():
+            used = secret.server_secret("default")
+            assert secret._cache["default"] == used
     assert bytes.fromhex(IdempotencySecret.objects.get(pk=1).value) == used
