@@ -108,3 +108,10 @@ def test_each_kind_of_principal_has_a_tenant_of_its_own(django_user_model: Any) 
     assert len(tenants) == 4
     assert principal_tenant("7").startswith("credential:str:")
     assert principal_tenant(7).startswith("credential:int:")
+
+
+def test_a_credential_of_a_subclass_has_its_base_kind() -> None:
+    class Token(str):
+        """An API key type of the project's own."""
+
+    assert principal_tenant(Token("7")) == principal_tenant("7")
