@@ -18,7 +18,7 @@ is stored in a compact binary layout (:func:`encode`), wrapped as a pickled
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 import logging
 import pickle
@@ -35,24 +35,32 @@ from django.core.signals import request_finished, request_started
 
 from idempotency_django import signals
 from idempotency_django.responses import StoredResponse
+from idempotency_django.secret import cache_secret
 
 logger = logging.getLogger("idempotency_django")
 PAUSE = 5.0
 _paused_until: dict[str, float] = {}
 
 
-def cache_key(tenant: str, key: str) -> str:
-    # Hashed: keys are client-controlled and tenants may hold anything.
-    digest = hashlib.sha256(json.dumps([tenant, key]).encode()).hexdigest()
-    return f"idempotency:{digest}"
+def cache_key(database: str, tenant: str, key: str) -> str:
+    """The cache's name for the entry (``database``, ``tenant``, ``key``): the store's key space.
+
+    The entries' database is part of it: with a database chosen per request, tenant
+    strings repeat across databases (user pks start at 1 in each). And it is keyed
+    with the project's own secret (``cache_secret``), so that two projects sharing
+    one Redis never read each other's answers. Hashed: keys are client-controlled
+    and tenants may hold anything.
+    """
+    message = json.dumps([database, tenant, key]).encode()
+    return "idempotency:" + hmac.digest(cache_secret(), message, "sha256").hex()
 
 
-def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
+def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
     """``(fingerprint, answer)`` for a cached final answer, or ``None``."""
     if _paused(alias):
         return None
     try:
-        value = _store(alias).get(cache_key(tenant, key))
+        value = _store(alias).get(cache_key(database, tenant, key))
     except Exception:
         logger.warning(_UNREACHABLE, alias, "using the database", PAUSE, exc_info=True)
         _failed(alias, "get")
@@ -61,7 +69,13 @@ def get(alias: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
 
 
 def put(
-    alias: str, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl: timedelta
+    alias: str,
+    database: str,
+    tenant: str,
+    key: str,
+    fingerprint: str,
+    response: StoredResponse,
+    ttl: timedelta,
 ) -> None:
     """Cache a committed final answer for the rest of its TTL.
 
@@ -71,7 +85,7 @@ def put(
     """
     if ttl.total_seconds() < 1 or _paused(alias):
         return  # about to expire, or the cache is away
-    write = _Write(alias, cache_key(tenant, key), encode(fingerprint, response), ttl)
+    write = _Write(alias, cache_key(database, tenant, key), encode(fingerprint, response), ttl)
     deferred: list[_Write] | None = getattr(_request, "deferred", None)
     if deferred is None:
         write.send()

@@ -20,10 +20,11 @@ from idempotency_django.conf import as_timedelta, conf
 from idempotency_django.exceptions import IdempotencyError, NestedRefusal
 from idempotency_django.execution import Run, claimed
 from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
-from idempotency_django.keys import SEPARATOR, derive_key
+from idempotency_django.keys import SEPARATOR
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import check_options, protocol_for
 from idempotency_django.responses import StoredResponse
+from idempotency_django.secret import derive_key
 from idempotency_django.serializers import JSONSerializer, Serializer
 from idempotency_django.store.sql import Target
 
@@ -73,7 +74,7 @@ def idempotent_call(
     call refused) comes out as ``NestedRefusal``, never as this call's own. ``origin`` names the caller in signals (``"task"``).
     """
     check_options("idempotent_call", ttl=ttl, wait=wait, protocol=protocol)
-    using = database or conf.DATABASE
+    using = database or databases.default_alias()
     call = IdempotentCall(key, tenant, scope, _namespaced=namespaced(scope, key), _using=using)
     fingerprint = keyed(arguments_digest(arguments))
     target = Target(

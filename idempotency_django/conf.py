@@ -100,13 +100,6 @@ class Settings:
         return int(getattr(settings, "IDEMPOTENCY_KEY_MAX_LENGTH", DEFAULT_KEY_MAX_LENGTH))
 
     @property
-    def DATABASE(self) -> str:
-        """The entries' alias where no request chooses it (see :mod:`.databases`)."""
-        from idempotency_django.databases import default_alias
-
-        return default_alias()
-
-    @property
     def CACHE(self) -> str | None:
         alias = getattr(settings, "IDEMPOTENCY_CACHE", None)
         return None if alias is None else str(alias)

@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.core.exceptions import ImproperlyConfigured
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
@@ -32,10 +34,12 @@ from idempotency_django.exceptions import (
 )
 from idempotency_django.execution import Run, claimed, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
-from idempotency_django.keys import derive_key, extracted, parse_key
+from idempotency_django.keys import extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.responses import StoredResponse, is_final, require_plain
+from idempotency_django.secret import derive_key
+from idempotency_django.store.pg import IDLE_BOUND
 from idempotency_django.store.sql import Target
 
 logger = logging.getLogger("idempotency_django")
@@ -173,7 +177,7 @@ def _keyed(
         return _refusals_inside(call_view)()
     context._fingerprint = keyed(policy.fingerprint(request))
     seen.key = (tenant, context.key)
-    return run(context, policy, _checked(call_view, tenant_of, tenant), seen)
+    return run(context, policy, _checked(request, call_view, tenant_of, tenant), seen)
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
@@ -269,21 +273,54 @@ def _refusals_inside(call_view: ViewCall) -> ViewCall:
     return call
 
 
-def _checked(call_view: ViewCall, tenant_of: TenantOf, tenant: str) -> ViewCall:
-    """``call_view`` that fails loudly when the view changed who the caller is."""
+def _checked(
+    request: HttpRequest, call_view: ViewCall, tenant_of: TenantOf, tenant: str
+) -> ViewCall:
+    """``call_view`` that fails loudly when the view authenticated the caller late.
+
+    A view that changes who the caller is on purpose (a sign-up calling ``login()``,
+    a delete-my-account calling ``logout()``) is fine: its key was claimed, and its
+    answer is recorded, in the key space of the caller who sent the request (the
+    tenant resolved before the view), where that caller's retry finds it. Any other
+    change means the tenant was resolved before authentication, in the wrong key space.
+    """
+
+    raw = _raw(request)
 
     def call() -> HttpResponse:
+        setattr(raw, _SWITCHED, False)
         try:
             response = call_view()
         except RuntimeError as exc:
             if "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
-        if check_tenant(tenant_of()) != tenant:
+        if not getattr(raw, _SWITCHED) and check_tenant(tenant_of()) != tenant:
             raise ImproperlyConfigured(_TENANT_CHANGED)
         return response
 
     return _refusals_inside(call)
+
+
+# Set on the request by login() and logout() (their signals) while a protected view runs.
+_SWITCHED = "_idempotency_principal_switched"
+
+
+def _principal_switched(
+    sender: object, request: HttpRequest | None = None, **kwargs: object
+) -> None:
+    raw = _raw(request)
+    if raw is not None and hasattr(raw, _SWITCHED):
+        setattr(raw, _SWITCHED, True)
+
+
+def _raw(request: Any) -> Any:
+    """Django's own request under a DRF ``Request`` (login() may be handed either)."""
+    return getattr(request, "_request", request)
+
+
+user_logged_in.connect(_principal_switched, dispatch_uid="idempotency_django.core.logged_in")
+user_logged_out.connect(_principal_switched, dispatch_uid="idempotency_django.core.logged_out")
 
 
 _DURABLE = (
@@ -291,12 +328,35 @@ _DURABLE = (
     "transaction.atomic(durable=True) can't be used in it: use a plain atomic() block."
 )
 _TENANT_CHANGED = (
-    "The idempotency tenant changed while the view ran: the view authenticates the caller "
-    "itself, after @idempotent resolved the tenant, so the key was claimed in the wrong "
-    "caller's key space. Nothing was stored. Put @idempotent below (after) the "
-    "authentication decorators, or, for Django REST framework views, use "
-    "idempotency_django.rest_framework.IdempotentMixin (or @api_view above @idempotent)."
+    "The idempotency tenant changed while the view ran, and not through login() or "
+    "logout(): the view authenticates the caller itself, after @idempotent resolved the "
+    "tenant, so the key was claimed in the wrong caller's key space. Nothing was stored. "
+    "Put @idempotent below (after) the authentication decorators, or, for Django REST "
+    "framework views, use idempotency_django.rest_framework.IdempotentMixin (or "
+    "@api_view above @idempotent). A view that signs a user in or out on purpose must do "
+    "it with django.contrib.auth's login()/logout() (or alogin()/alogout())."
 )
+
+
+def bound_request_transaction(alias: str) -> None:
+    """Under ``ATOMIC_REQUESTS``, when the request's transaction is Django's (a wrapper above
+    ``@idempotent`` hid its ``_non_atomic_requests``, as DRF's ``@api_view`` does; a Ninja
+    operation, which Django wraps whole), bound that transaction ourselves.
+
+    The claim then runs inside Django's request-wide ``atomic()``, which the store
+    leaves unbounded (a caller's transaction is not ours to cut short); but this one
+    is the request's, the one ``IDEMPOTENCY_IDLE_TIMEOUT`` is for: without the bound a
+    holder lost behind a partition keeps its key for as long as TCP takes to notice.
+    """
+    conn = connections[alias]
+    idle = conf.IDLE_TIMEOUT
+    if idle is None or conn.vendor != "postgresql" or not conn.settings_dict["ATOMIC_REQUESTS"]:
+        return
+    if len(conn.atomic_blocks) != 1:  # not inside exactly Django's request block
+        return
+    with store_errors(), conn.cursor() as cursor:
+        milliseconds = str(max(1, int(idle.total_seconds() * 1000)))
+        cursor.execute(f"SELECT {IDLE_BOUND}", [milliseconds])
 
 
 def _stored(response: HttpResponse) -> bool:
@@ -320,7 +380,7 @@ def _from_cache(
     if policy.cache is None:
         return None
     assert context.key is not None
-    hit = cache.get(policy.cache, context.tenant, context.key)
+    hit = cache.get(policy.cache, policy.database, context.tenant, context.key)
     if hit is None:
         return None
     stored_fingerprint, stored = hit
@@ -339,11 +399,17 @@ def _cache_on_commit(
     """
     if policy.cache is None:
         return
-    alias, tenant, key = policy.cache, context.tenant, context.key
+    alias, database, tenant, key = policy.cache, policy.database, context.tenant, context.key
     assert key is not None
     transaction.on_commit(
         lambda: cache.put(
-            alias, tenant, key, fingerprint, answer, timedelta(seconds=slot.cache_lifetime())
+            alias,
+            database,
+            tenant,
+            key,
+            fingerprint,
+            answer,
+            timedelta(seconds=slot.cache_lifetime()),
         ),
         using=policy.database,
     )
@@ -396,6 +462,7 @@ __all__ = [
     "IdempotencyError",
     "IdempotentRequest",
     "applies",
+    "bound_request_transaction",
     "current_context",
     "passing_through",
     "protect",

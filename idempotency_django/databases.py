@@ -172,14 +172,31 @@ def _read_only(alias: str) -> bool:
 # The first keyword of a statement that changes data or schema; a WITH query is
 # a write when one of its parts is.
 _WRITE = re.compile(
-    r"^\s*(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|CREATE|ALTER|DROP|COPY|REPLACE)\b", re.I
+    r"(?:INSERT|UPDATE|DELETE|MERGE|TRUNCATE|CREATE|ALTER|DROP|COPY|REPLACE)\b", re.I
 )
-_WITH_WRITE = re.compile(r"^\s*WITH\b.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I | re.S)
+_WITH_WRITE = re.compile(r"WITH\b.*\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I | re.S)
 
 
 def is_write(sql: object) -> bool:
-    text = sql.decode(errors="replace") if isinstance(sql, bytes) else str(sql)
+    text = _statement(sql.decode(errors="replace") if isinstance(sql, bytes) else str(sql))
     return bool(_WRITE.match(text) or _WITH_WRITE.match(text))
+
+
+_BLANK = " \t\r\n\f\v("
+
+
+def _statement(text: str) -> str:
+    """``text`` from its first keyword: past whitespace, opening parentheses and leading
+    comments (a tracing tag such as sqlcommenter's may come first)."""
+    while True:
+        text = text.lstrip(_BLANK)
+        if text.startswith("/*"):
+            end = text.find("*/")
+            text = text[end + 2 :] if end >= 0 else ""
+        elif text.startswith(("--", "#")):  # "#": MySQL's line comment
+            text = text.partition("\n")[2]
+        else:
+            return text
 
 
 @contextmanager

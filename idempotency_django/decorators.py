@@ -9,17 +9,15 @@ from inspect import iscoroutinefunction
 from typing import Any, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import connections
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django import core
-from idempotency_django.conf import TenantResolver, conf
+from idempotency_django.conf import TenantResolver
 from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
 from idempotency_django.options import KeyExtractor, Options, check_option_names
 from idempotency_django.responses import problem_response
-from idempotency_django.store.pg import IDLE_BOUND
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 
@@ -122,30 +120,10 @@ def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> 
     try:
         policy = options.resolve(request)
         call = _rendered_for_drf(request, call_view)
-        _bound_a_request_transaction(policy.database)
+        core.bound_request_transaction(policy.database)
         return core.protect(request, policy, lambda: policy.tenant(request), call)
     except IdempotencyError as error:
         return problem_response(error)
-
-
-def _bound_a_request_transaction(alias: str) -> None:
-    """Under ``ATOMIC_REQUESTS``, when a wrapper above us hid our ``_non_atomic_requests``
-    (DRF's ``@api_view`` does), bound the request's transaction ourselves.
-
-    The claim then runs inside Django's request-wide ``atomic()``, which the store
-    leaves unbounded (a caller's transaction is not ours to cut short); but this one
-    is the request's, the one ``IDEMPOTENCY_IDLE_TIMEOUT`` is for: without the bound a
-    holder lost behind a partition keeps its key for as long as TCP takes to notice.
-    """
-    conn = connections[alias]
-    idle = conf.IDLE_TIMEOUT
-    if idle is None or conn.vendor != "postgresql" or not conn.settings_dict["ATOMIC_REQUESTS"]:
-        return
-    if len(conn.atomic_blocks) != 1:  # not inside exactly Django's request block
-        return
-    with core.store_errors(), conn.cursor() as cursor:
-        milliseconds = str(max(1, int(idle.total_seconds() * 1000)))
-        cursor.execute(f"SELECT {IDLE_BOUND}", [milliseconds])
 
 
 def _rendered_for_drf(request: HttpRequest, call_view: core.ViewCall) -> core.ViewCall:

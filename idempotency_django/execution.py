@@ -89,6 +89,12 @@ def claimed(
     run = run or Run(protocol)
     run.protocol, run._ttl = protocol, target.ttl
     try:
+        if not connections[target.using].in_atomic_block:
+            # Read (on first use: persisted) in autocommit, never in the body's
+            # transaction: a rollback there must not take back the secret that this
+            # process keeps using for lock ids and derived keys (a caller's open
+            # transaction is secret.py's to step out of).
+            server_secret(target.using)
         if proto.CLAIMS_IN_TRANSACTION:
             yield from _in_transaction(proto, target, run, wait, matches)
         else:
@@ -125,11 +131,6 @@ def _in_transaction(
     own = not conn.in_atomic_block  # a caller's transaction stays open
     deadline = time.monotonic() + wait
     read_only = proto is lock and readonly.usable(conn, own)
-    if own:
-        # Read (on first use: persisted) in autocommit, never in the claim's
-        # transaction: a rollback there must not take back the secret that this
-        # process keeps using for lock ids and derived keys.
-        server_secret(target.using)
     while True:
         try:
             with transaction.atomic(using=target.using):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -72,21 +69,6 @@ def extracted(extractor: Callable[[Any], object], request: Any) -> str | bytes |
     if raw is None or isinstance(raw, str | bytes):
         return raw
     raise KeyMalformed(f"The idempotency key must be a string, not {type(raw).__name__}.")
-
-
-def derive_key(tenant: str, key: str, namespace: str, using: str | None = None) -> str:
-    """A key for an outside service: stable per (tenant, key, namespace), never the key itself.
-
-    HMAC-SHA256 under the server secret of the entries database ``using``
-    (``IDEMPOTENCY_SECRET``, else the value persisted there: see ``secret.py``),
-    never under ``SECRET_KEY`` itself: rotating ``SECRET_KEY`` or dropping a fallback
-    must not change the key a retry hands the provider.
-    """
-    from idempotency_django.secret import server_secret
-
-    message = json.dumps([tenant, key, namespace], ensure_ascii=False)
-    secret = server_secret(using)
-    return hmac.new(secret, message.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def readable(stored: str) -> str:

@@ -23,7 +23,7 @@ from inspect import iscoroutinefunction
 from typing import Any, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
@@ -219,6 +219,7 @@ def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> 
     try:
         policy = options.resolve(request)
         tenant_of = functools.partial(tenant, request, options.tenant, policy.database)
+        core.bound_request_transaction(policy.database)  # Django wraps an operation whole
         return core.protect(request, policy, tenant_of, call_view)
     except IdempotencyError as error:
         return problem_response(error)
@@ -244,18 +245,23 @@ def tenant(
 def principal_tenant(principal: object, using: str | None = None) -> str:
     """The tenant of what a Ninja auth class returned.
 
-    A user is its primary key (the key space of ``IDEMPOTENCY_TENANT_RESOLVER``'s
-    default, so a session caller and a ``django_auth`` caller are one tenant); another
-    model instance (a token row) is its model and primary key; a string, bytes or
-    number (an API key, a bearer token) is a digest of it keyed by the server secret of
-    the entries' database ``using`` (as derived keys are), never the credential itself.
+    The principal's type is part of its tenant, so that two different principals never
+    share a key space: an instance of ``AUTH_USER_MODEL`` is its primary key (the key
+    space of ``IDEMPOTENCY_TENANT_RESOLVER``'s default, so a session caller and a
+    ``django_auth`` caller are one tenant); any other model instance (a token row, a
+    second user-like model) is its model's label and primary key; a string, bytes or
+    number (an API key, a bearer token) is its type and a digest of it keyed by the
+    server secret of the entries' database ``using`` (as derived keys are), never the
+    credential itself (``7`` and ``"7"`` are two credentials).
     """
-    if isinstance(principal, AbstractBaseUser):
-        return str(principal.pk)
     if isinstance(principal, Model):
-        return f"{principal._meta.label_lower}:{principal.pk}"
-    if isinstance(principal, str | bytes | int) and not isinstance(principal, bool):
-        return f"credential:{_credential_digest(force_bytes(principal), using)}"
+        label = principal._meta.label_lower
+        if label == settings.AUTH_USER_MODEL.lower():
+            return str(principal.pk)
+        return f"{label}:{principal.pk}"
+    kind = _CREDENTIAL_KINDS.get(type(principal)) or _credential_kind(principal)
+    if kind is not None:
+        return f"credential:{kind}:{_credential_digest(force_bytes(principal), using)}"
     raise ImproperlyConfigured(
         f"The Ninja auth returned {type(principal).__name__}, which does not say who the "
         "caller is: return a user, a model instance or the credential from the auth class, "
@@ -263,8 +269,20 @@ def principal_tenant(principal: object, using: str | None = None) -> str:
     )
 
 
+_CREDENTIAL_KINDS: dict[type, str] = {str: "str", bytes: "bytes", int: "int"}
+
+
+def _credential_kind(principal: object) -> str | None:
+    """A subclass's base kind (a ``str`` enum is a ``str``); ``None`` for a ``bool``."""
+    if isinstance(principal, bool):
+        return None
+    return next(
+        (kind for base, kind in _CREDENTIAL_KINDS.items() if isinstance(principal, base)), None
+    )
+
+
 def _credential_digest(credential: bytes, using: str | None) -> str:
-    # Under the server secret, as derived keys are (keys.derive_key): a SECRET_KEY
+    # Under the server secret, as derived keys are (secret.derive_key): a SECRET_KEY
     # rotation must not move a caller to a new key space mid-retry.
     secret = hashlib.sha256(b"idempotency_django.ninja.principal" + server_secret(using)).digest()
     return hmac.new(secret, credential, hashlib.sha256).hexdigest()

@@ -21,7 +21,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import signals
-from idempotency_django.conf import conf
+from idempotency_django.databases import default_alias
 from idempotency_django.store import mysql, sql
 
 logger = logging.getLogger("idempotency_django")
@@ -62,7 +62,7 @@ def purge(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    conn = connections[using or conf.DATABASE]
+    conn = connections[using or default_alias()]
     started = time.monotonic()
     run = _count if dry_run else _delete
     result = PurgeResult(
@@ -119,7 +119,7 @@ def _report(alias: str, result: PurgeResult, seconds: float) -> None:
 
 def release(ids: Iterable[int], using: str | None = None, now: datetime | None = None) -> int:
     """Delete those of ``ids`` that are in progress past their lease and not held; the count."""
-    conn = connections[using or conf.DATABASE]
+    conn = connections[using or default_alias()]
     stuck = _lease_passed(conn, now)
     released = 0
     for chunk in _chunks(list(ids), DEFAULT_BATCH_SIZE):

@@ -24,6 +24,8 @@ exception and never lets it change an answer.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
 import json
 import logging
@@ -31,7 +33,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from django.conf import settings
 from django.dispatch import Signal
+from django.utils.encoding import force_bytes
+
+from idempotency_django.conf import conf
 
 if TYPE_CHECKING:
     from idempotency_django.exceptions import IdempotencyError
@@ -123,10 +129,18 @@ def key_digest(tenant: str, key: str) -> str:
     Keyed, so that nobody reading logs or metrics can test guesses of a
     low-entropy key against it (keys are bearer secrets).
     """
-    from idempotency_django.secret import digest_secret
-
     data = json.dumps([tenant, key], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return hmac.digest(digest_secret(), data, "sha256").hex()[:12]
+    configured = conf.SECRET
+    source = force_bytes(settings.SECRET_KEY if configured is None else configured)
+    return hmac.digest(_digest_key(source), data, "sha256").hex()[:12]
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_key(source: bytes) -> bytes:
+    """From settings alone (no database on a log line): ``IDEMPOTENCY_SECRET`` if set, else
+    ``SECRET_KEY``, so a rotation only changes the digests logged from then on."""
+    seed = hashlib.sha256(b"idempotency_django.derive" + source).digest()
+    return hmac.new(seed, b"idempotency_django.key_digest", hashlib.sha256).digest()
 
 
 class Observation:

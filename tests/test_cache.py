@@ -54,7 +54,9 @@ def replay(redis_url: str) -> Iterator[list[tuple[str, str]]]:
     used: list[tuple[str, str]] = []
     with override_settings(IDEMPOTENCY_CACHE="replay", IDEMPOTENCY_TTL=TTL):
         yield used
-        caches["replay"].delete_many([cache.cache_key(tenant, key) for tenant, key in used])
+        caches["replay"].delete_many(
+            [cache.cache_key("default", tenant, key) for tenant, key in used]
+        )
 
 
 def cached_key(used: list[tuple[str, str]], tenant: str = "") -> str:
@@ -64,7 +66,7 @@ def cached_key(used: list[tuple[str, str]], tenant: str = "") -> str:
 
 
 def in_cache(key: str, tenant: str = "", alias: str = "replay") -> bool:
-    return caches[alias].get(cache.cache_key(tenant, key)) is not None
+    return caches[alias].get(cache.cache_key("default", tenant, key)) is not None
 
 
 def test_retry_is_answered_from_the_cache_without_sql(
@@ -137,7 +139,7 @@ def test_eviction_falls_back_to_the_database_and_refills(
 ) -> None:
     key = cached_key(replay)
     first = post(client, "/charges/", key)
-    caches["replay"].delete(cache.cache_key("", key))
+    caches["replay"].delete(cache.cache_key("default", "", key))
     with CaptureQueriesContext(connection) as queries:
         from_db = post(client, "/charges/", key)
     assert len(queries) >= 1  # the claim read the stored answer

@@ -87,31 +87,31 @@ def local() -> Iterator[None]:
 
 
 def test_the_generic_store_keeps_and_returns_an_answer(local: None) -> None:
-    cache.put("local", "t", "k", "fp", ANSWER, TTL)
-    assert cache.get("local", "t", "k") == ("fp", ANSWER)
-    assert cache.get("local", "other tenant", "k") is None
+    cache.put("local", "default", "t", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "default", "t", "k") == ("fp", ANSWER)
+    assert cache.get("local", "default", "other tenant", "k") is None
 
 
 def test_during_a_wsgi_request_the_write_waits_for_its_end(local: None) -> None:
     request_started.send(sender=None, environ={})
-    cache.put("local", "", "k", "fp", ANSWER, TTL)
-    assert cache.get("local", "", "k") is None
+    cache.put("local", "default", "", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "default", "", "k") is None
     request_finished.send(sender=None)
-    assert cache.get("local", "", "k") == ("fp", ANSWER)
+    assert cache.get("local", "default", "", "k") == ("fp", ANSWER)
 
 
 def test_outside_a_wsgi_request_the_write_is_at_once(local: None) -> None:
     request_started.send(sender=None, scope={})  # ASGI: no environ
-    cache.put("local", "", "k", "fp", ANSWER, TTL)
-    assert cache.get("local", "", "k") == ("fp", ANSWER)
+    cache.put("local", "default", "", "k", "fp", ANSWER, TTL)
+    assert cache.get("local", "default", "", "k") == ("fp", ANSWER)
     request_finished.send(sender=None)
 
 
 def test_a_write_left_behind_is_sent_when_the_next_request_starts(local: None) -> None:
     request_started.send(sender=None, environ={})
-    cache.put("local", "", "k", "fp", ANSWER, TTL)
+    cache.put("local", "default", "", "k", "fp", ANSWER, TTL)
     request_started.send(sender=None, environ={})
-    assert cache.get("local", "", "k") == ("fp", ANSWER)
+    assert cache.get("local", "default", "", "k") == ("fp", ANSWER)
     request_finished.send(sender=None)
 
 
@@ -121,8 +121,8 @@ def test_a_held_write_never_outlives_the_lifetime_it_was_given(
     clock = [1000.0]
     monkeypatch.setattr(cache, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     request_started.send(sender=None, environ={})
-    cache.put("local", "", "k", "fp", ANSWER, timedelta(seconds=5))
+    cache.put("local", "default", "", "k", "fp", ANSWER, timedelta(seconds=5))
     clock[0] += 4.5  # under a second left when the request ends: not worth caching
     request_finished.send(sender=None)
     monkeypatch.undo()
-    assert cache.get("local", "", "k") is None
+    assert cache.get("local", "default", "", "k") is None

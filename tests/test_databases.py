@@ -15,7 +15,6 @@ from django.test import RequestFactory, override_settings
 
 from idempotency_django import databases, idempotent
 from idempotency_django.checks import check_database, check_wait_within_pool
-from idempotency_django.conf import conf
 from idempotency_django.decorators import EntriesDatabase
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import Options
@@ -48,7 +47,7 @@ def test_the_setting_may_choose_per_request(option: Any) -> None:
 
     @idempotent
     def view(request: HttpRequest) -> HttpResponse:
-        seen.append(conf.DATABASE)  # inside the view: the request's alias
+        seen.append(databases.default_alias())  # inside the view: the request's alias
         # One database: nothing to watch, no wrapper on the hot path.
         seen.extend(map(str, connections["default"].execute_wrappers))
         return HttpResponse("ok", status=201)
@@ -73,7 +72,7 @@ def test_outside_a_request_a_chooser_needs_the_database_named() -> None:
         override_settings(IDEMPOTENCY_DATABASE=choose),
         pytest.raises(Exception, match="name the database explicitly"),
     ):
-        conf.DATABASE  # noqa: B018
+        databases.default_alias()
 
 
 def test_atomic_requests_marker_of_a_chooser_holds_every_possible_alias() -> None:

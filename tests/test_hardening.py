@@ -316,7 +316,7 @@ def test_item2_a_server_behind_never_caches_past_the_entry() -> None:
             -3600, lambda: send(Client(), "/refuses/", key, **{"X-Status": "201"}), set_offset
         )
     assert behind["Idempotent-Replayed"] == "true"
-    expiry = local._expire_info[local.make_and_validate_key(cache_key("", key))]  # type: ignore[attr-defined]
+    expiry = local._expire_info[local.make_and_validate_key(cache_key("default", "", key))]  # type: ignore[attr-defined]
     assert expiry - time.time() <= 60
 
 

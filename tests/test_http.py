@@ -462,4 +462,4 @@ def test_cache_never_outlives_the_entry(client: Client, monkeypatch: pytest.Monk
             "/charges/", "{}", content_type="application/json", headers={"Idempotency-Key": key}
         )
         assert protected(request).status_code == 201
-        assert caches["local"].get(cache_key("", key)) is None
+        assert caches["local"].get(cache_key("default", "", key)) is None

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from django.db import transaction
 
-from idempotency_django.conf import conf
+from idempotency_django.databases import default_alias
 
 #: How long the relay leaves a fresh row to the on_commit fast path.
 FAST_PATH_GRACE = timedelta(seconds=10)
@@ -52,7 +52,7 @@ def enqueue(
     from idempotency_django.outbox.models import OutboxMessage
 
     name, options = describe(task_or_name, options)
-    alias = using or conf.DATABASE
+    alias = using or default_alias()
     if not transaction.get_connection(alias).in_atomic_block:
         raise OutboxError(
             f"enqueue({name!r}) must run inside transaction.atomic(using={alias!r}), "

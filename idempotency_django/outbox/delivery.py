@@ -23,6 +23,7 @@ from django.db.models.functions import Now
 
 from idempotency_django import signals
 from idempotency_django.conf import as_timedelta, conf
+from idempotency_django.databases import default_alias
 from idempotency_django.outbox import backends
 from idempotency_django.outbox.models import OutboxMessage
 from idempotency_django.purge import DEFAULT_BATCH_SIZE as DEFAULT_PURGE_BATCH
@@ -93,7 +94,7 @@ def relay(
     ``ignore_schedule`` also takes rows still within the fast path's grace period
     (tests, and a relay run by hand after a crash).
     """
-    alias = using or conf.DATABASE
+    alias = using or default_alias()
     counts = {"sent": 0, "failed": 0}
     # A failed row stays pending (and, ignoring the schedule, selectable): each run
     # tries it once, or a broker that is down would hold the run forever.
@@ -181,7 +182,7 @@ class OutboxStats:
 
 def stats(using: str | None = None) -> OutboxStats:
     """Pending rows, the oldest one's age (database clock), rows failing, failed publishes."""
-    alias = using or conf.DATABASE
+    alias = using or default_alias()
     pending = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
     found = pending.aggregate(
         pending=Count("pk"),
@@ -219,7 +220,7 @@ def purge_sent(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    alias = using or conf.DATABASE
+    alias = using or default_alias()
     age = conf.TTL if older_than is None else as_timedelta(older_than)
     cutoff = ExpressionWrapper(Now() - age, output_field=DateTimeField())
     rows = OutboxMessage.objects.using(alias)

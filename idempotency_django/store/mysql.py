@@ -23,6 +23,8 @@ follows the session's ``time_zone``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -71,22 +73,53 @@ def busy(exc: BaseException) -> bool:
 def claim(target: Target, owner: uuid.UUID) -> Found:
     """Insert an in-progress entry, or return what holds the key (one statement if new)."""
     conn = connections[target.using]
-    if conn.in_atomic_block:
+    nowait = conn.in_atomic_block
+    if nowait:
         # In a caller's transaction a failed INSERT keeps its shared lock on the
         # key's index record until that transaction ends, which would stall the
         # holder's record(): look before inserting.
         seen = read(target)
         if seen is not None:
             return seen
-    insert = cached_sql(conn, "claim:insert", lambda: insert_sql(conn))
     try:
-        with conn.cursor() as cursor:
+        with conn.cursor() as cursor, _no_lock_wait(conn, cursor, nowait) as insert:
             cursor.execute(insert, insert_params(conn, target, owner))
     except IntegrityError as exc:
         if errno(exc) != DUPLICATE_KEY:
             raise
         return read(target)
     return Claim(target.using, target.tenant, target.key, owner)
+
+
+@contextmanager
+def _no_lock_wait(conn: BaseDatabaseWrapper, cursor: Any, nowait: bool) -> Iterator[str]:
+    """The claim's INSERT; with ``nowait``, one that fails (1205: 409) instead of queueing.
+
+    In a caller's transaction (``ATOMIC_REQUESTS`` with a wrapper above us that
+    hid our ``_non_atomic_requests``, e.g. DRF's ``@api_view``) a holder's claim is
+    an uncommitted row, and a duplicate's INSERT would wait on its index record for
+    up to ``innodb_lock_wait_timeout`` (50 s), pinning a worker: PostgreSQL's claim
+    answers 409 at once there (its advisory lock is only *tried*), and so does this.
+    MariaDB bounds one statement (``SET STATEMENT``, 0 is NOWAIT); MySQL has neither,
+    so its session's timeout is set to its minimum (1 s) around the INSERT.
+    """
+    insert = cached_sql(conn, "claim:insert", lambda: insert_sql(conn))
+    if not nowait:
+        yield insert
+    elif conn.mysql_is_mariadb:  # type: ignore[attr-defined]
+        yield f"SET STATEMENT innodb_lock_wait_timeout = 0 FOR {insert}"
+    else:
+        cursor.execute(_MYSQL_SHORT_WAIT)
+        try:
+            yield insert
+        finally:
+            cursor.execute(_MYSQL_RESTORE_WAIT)
+
+
+_MYSQL_SHORT_WAIT = (
+    "SET @idempotency_lock_wait = @@innodb_lock_wait_timeout, innodb_lock_wait_timeout = 1"
+)
+_MYSQL_RESTORE_WAIT = "SET innodb_lock_wait_timeout = @idempotency_lock_wait"
 
 
 def hold(claim: Claim) -> bool:

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from idempotency_django import IdempotentRequest, idempotent
 from idempotency_django.conf import conf
-from idempotency_django.keys import derive_key
+from idempotency_django.secret import derive_key
 from sample_project.payments.models import Charge
 
 MAX_DELAY = 5.0  # seconds: the slowest the demo lets a payment be

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from idempotency_django import lookup
-from idempotency_django.conf import conf
+from idempotency_django.databases import default_alias
 from idempotency_django.keys import readable
 from idempotency_django.management.arguments import check_database
 
@@ -51,7 +51,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         key, tenant, database = options["key"], options["tenant"], options["database"]
         check_database(database)
-        using = database or conf.DATABASE
+        using = database or default_alias()
         if options["credential"] is not None:
             tenant = credential_tenant(options["credential"], using)
         if not key:
