@@ -119,7 +119,9 @@ def opened(entry: IdempotencyEntry, using: str) -> tuple[StoredResponse | None, 
     try:
         answer = seal.answer_of(using, entry)
     except seal.Unreadable as exc:
-        return None, f"cannot be opened: {exc.why}" + (f" (key id {exc.key_id})" if exc.key_id else "")
+        return None, f"cannot be opened: {exc.why}" + (
+            f" (key id {exc.key_id})" if exc.key_id else ""
+        )
     if answer is None:
         return None, "no stored answer (in progress)"
     notes = ["redacted before storing"] if is_redacted(answer) else []

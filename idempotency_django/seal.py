@@ -96,11 +96,12 @@ def key_id(key: bytes) -> bytes:
 class Ring:
     """The configured keys of one entries database: the newest seals, every one opens."""
 
-    def __init__(self, keys: list[bytes]) -> None:
+    def __init__(self, keys: list[bytes], limit: int) -> None:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self.ciphers = {key_id(key): AESGCM(key) for key in keys}
         self.newest = key_id(keys[0])
+        self.limit = limit  # IDEMPOTENCY_MAX_STORED_BYTES, read once with the keys
 
     def seal(self, plain: bytes, aad: bytes) -> bytes:
         nonce = os.urandom(_NONCE)
@@ -129,7 +130,8 @@ def ring(using: str) -> Ring:
     """The key ring for the entries database ``using`` (built once per settings change)."""
     found = _rings.get(using)
     if found is None:
-        found = _rings[using] = Ring([_key(entry, using) for entry in conf.ENCRYPTION_KEYS])
+        keys = [_key(entry, using) for entry in conf.ENCRYPTION_KEYS]
+        found = _rings[using] = Ring(keys, conf.MAX_STORED_BYTES)
     return found
 
 
@@ -162,11 +164,10 @@ def plain(response: StoredResponse) -> bytes:
 
 def seal(using: str, tenant: str, key: str, response: StoredResponse) -> Sealed:
     """``response`` sealed for (tenant, key); ``AnswerTooLarge`` past the stored-bytes bound."""
-    data = plain(response)
-    limit = conf.MAX_STORED_BYTES
-    if len(data) > limit:
-        raise AnswerTooLarge.of(len(data), limit)
-    return Sealed(response.status, response.reason, ring(using).seal(data, associated(tenant, key)))
+    data, keys = plain(response), ring(using)
+    if len(data) > keys.limit:
+        raise AnswerTooLarge.of(len(data), keys.limit)
+    return Sealed(response.status, response.reason, keys.seal(data, associated(tenant, key)))
 
 
 def opened(using: str, tenant: str, key: str, sealed: Sealed) -> StoredResponse:

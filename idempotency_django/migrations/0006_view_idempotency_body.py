@@ -1,6 +1,5 @@
 """Stored answers are sealed: their admin view takes the view_idempotency_body permission."""
 
-
 from django.db import migrations
 
 
