@@ -22,6 +22,7 @@ from idempotency_django.purge import purge
 from idempotency_django.redact import REDACTED_HEADER
 from idempotency_django.responses import StoredResponse
 from idempotency_django.store.sql import Claim, record
+from tests.factories import IdempotencyEntryFactory
 
 urlpatterns = [path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
@@ -112,3 +113,31 @@ def test_purge_never_opens_an_answer() -> None:
     with override_settings(IDEMPOTENCY_ENCRYPTION_KEYS=[KEY_B]):
         assert purge().expired == 1
     assert not IdempotencyEntry.objects.exists()
+
+
+def test_reseal_counts_what_is_current_and_what_does_not_open() -> None:
+    with override_settings(IDEMPOTENCY_ENCRYPTION_KEYS=[KEY_A]):
+        stored("current")
+    with override_settings(IDEMPOTENCY_ENCRYPTION_KEYS=[KEY_B]):
+        stored("lost")
+    with override_settings(IDEMPOTENCY_ENCRYPTION_KEYS=[KEY_A]):
+        out = io.StringIO()
+        call_command("reseal_idempotency", "--batch-size", "1", stdout=out)
+    assert "0 resealed, 1 already under the newest key, 1 unreadable" in out.getvalue()
+
+
+def test_inspect_show_body_of_a_claim_and_of_a_0_3_row() -> None:
+    IdempotencyEntryFactory.create(key="running", in_progress=True)
+    assert "no stored answer (in progress)" in inspect("running", "--show-body")
+    IdempotencyEntryFactory.create(key="plain", response_body=SECRET.encode())
+    out = inspect("plain", "--show-body")
+    assert "stored in clear by 0.3" in out
+    assert SECRET in out
+
+
+def test_a_blob_that_is_not_sealed_does_not_open() -> None:
+    for blob in (b"", b"\x02" + bytes(40), b"\x01short"):
+        with pytest.raises(seal.Unreadable, match="not a sealed answer"):
+            seal.opened("default", "", "k", seal.Sealed(201, "", blob))
+    assert seal.is_sealed_row('{"sealed": 1}')
+    assert not seal.is_sealed_row(b"[]")
