@@ -73,6 +73,7 @@ first-contact: install
 bench: install
 	DATABASE_URL=$(PG_URL) $(PY) -m bench.added
 	DATABASE_URL=$(PG_URL) $(PY) -m bench
+	DATABASE_URL=$(PG_URL) $(PY) -m bench.seal
 	BENCH_MARIADB_URL=$(MARIADB_URL) $(PY) -m bench.mysql
 
 stress: install

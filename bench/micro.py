@@ -11,6 +11,7 @@ request-level differences the table shows what each costs by itself:
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 from types import ModuleType
@@ -20,6 +21,7 @@ from bench.measure import Sample, timed
 from bench.receivers import Receivers
 from idempotency_django import cache, signals
 from idempotency_django.responses import StoredResponse
+from idempotency_django.seal import Sealed
 
 ANSWER = StoredResponse(
     201,
@@ -27,6 +29,8 @@ ANSWER = StoredResponse(
     b'{"id": 1, "amount": 100}',
     "Created",
 )
+# What the replay cache now stores: the entry's sealed blob (about the answer's size, plus 33).
+SEALED = Sealed(201, "Created", bytes(33) + ANSWER.body + json.dumps(ANSWER.headers).encode())
 TTL = timedelta(minutes=5)
 FIELDS = {
     "outcome": signals.EXECUTED,
@@ -62,7 +66,15 @@ def _cache_ops(module: ModuleType, alias: str, *database: str) -> Sample:
         def work() -> None:
             if module.get(alias, *database, "", key) is not None:
                 raise RuntimeError("a new key was found in the cache")
-            module.put(alias, *database, "", key, "f" * 64, ANSWER, TTL)
+            module.put(
+                alias,
+                *database,
+                "",
+                key,
+                "f" * 64,
+                ANSWER if module is cache_before else SEALED,
+                TTL,
+            )
 
         return timed(work)
 

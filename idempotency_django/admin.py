@@ -27,6 +27,7 @@ else:
     EntryAdminBase = admin.ModelAdmin
 
 Status = IdempotencyEntry.Status
+BODY_PERMISSION = "view_idempotency_body"
 KEY_SHOWN = 37  # characters of a key in the changelist; a UUID's 36 fit
 
 
@@ -98,14 +99,24 @@ class IdempotencyEntryAdmin(EntryAdminBase):
         "created_at",
         "expires_at",
         "response_status",
-        "response_headers",
         "body",
     )
-    readonly_fields = fields
+    # Opened on demand, only for users with the permission (see get_fields).
+    answer_fields = ("stored_note", "stored_headers", "stored_body")
+    readonly_fields = (*fields, *answer_fields)
     actions = ("release_stuck",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyEntry]:
         return super().get_queryset(request).using(listed_alias(request))
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and self.has_body_permission(request):
+            return (*self.fields, *self.answer_fields)
+        return self.fields
+
+    def has_body_permission(self, request: HttpRequest) -> bool:
+        """Opening a stored answer takes ``view_idempotency_body``: it is another party's answer."""
+        return request.user.has_perm(f"{self.opts.app_label}.{BODY_PERMISSION}")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -148,6 +159,21 @@ class IdempotencyEntryAdmin(EntryAdminBase):
     def body(self, entry: IdempotencyEntry) -> str:
         # Shown by size and type, never rendered: it is another party's answer.
         return lookup.body_summary(entry)
+
+    @admin.display(description="stored answer")
+    def stored_note(self, entry: IdempotencyEntry) -> str:
+        return lookup.opened(entry, entry._state.db or "default")[1] or "opened"
+
+    @admin.display(description="stored headers")
+    def stored_headers(self, entry: IdempotencyEntry) -> str:
+        answer, _ = lookup.opened(entry, entry._state.db or "default")
+        return "\n".join(f"{n}: {v}" for n, v in answer.headers) if answer else "-"
+
+    @admin.display(description="stored body")
+    def stored_body(self, entry: IdempotencyEntry) -> str:
+        # Text, escaped by the admin's template: never rendered as the answer's own HTML.
+        answer, _ = lookup.opened(entry, entry._state.db or "default")
+        return answer.body.decode("utf-8", "backslashreplace") if answer else "-"
 
     @admin.action(description="Release stuck in-progress entries", permissions=["release"])
     def release_stuck(self, request: HttpRequest, queryset: QuerySet[IdempotencyEntry]) -> None:

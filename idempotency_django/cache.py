@@ -34,7 +34,7 @@ from django.core.cache import BaseCache, caches
 from django.core.signals import request_finished, request_started
 
 from idempotency_django import signals
-from idempotency_django.responses import StoredResponse
+from idempotency_django.seal import Sealed
 from idempotency_django.secret import cache_secret
 
 logger = logging.getLogger("idempotency_django")
@@ -55,8 +55,8 @@ def cache_key(database: str, tenant: str, key: str) -> str:
     return "idempotency:" + hmac.digest(cache_secret(), message, "sha256").hex()
 
 
-def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, StoredResponse] | None:
-    """``(fingerprint, answer)`` for a cached final answer, or ``None``."""
+def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, Sealed] | None:
+    """``(fingerprint, sealed answer)`` for a cached final answer, or ``None``."""
     if _paused(alias):
         return None
     try:
@@ -74,7 +74,7 @@ def put(
     tenant: str,
     key: str,
     fingerprint: str,
-    response: StoredResponse,
+    response: Sealed,
     ttl: timedelta,
 ) -> None:
     """Cache a committed final answer for the rest of its TTL.
@@ -138,25 +138,20 @@ request_finished.connect(_request_finished, dispatch_uid="idempotency_django.cac
 
 
 # -- the stored value ---------------------------------------------------------------
-# version, status, then the lengths of fingerprint, reason, headers and body; headers
-# are NUL-separated names and values (HTTP forbids NUL in either).
-_HEAD = struct.Struct(">BHHHII")
-_VERSION = b"\x01"
+# version, status, then the lengths of fingerprint, reason and the sealed answer
+# (headers and body, as the entry row holds them: see :mod:`.seal`).
+_HEAD = struct.Struct(">BHHHI")
+_VERSION = b"\x02"
 
 
-def encode(fingerprint: str, response: StoredResponse) -> bytes:
+def encode(fingerprint: str, response: Sealed) -> bytes:
     """The bytes stored for one answer (pickled ``bytes``: django-redis can read them too)."""
     fp, reason = fingerprint.encode(), response.reason.encode()
-    headers = "\0".join(part for header in response.headers for part in header).encode()
-    head = _HEAD.pack(
-        _VERSION[0], response.status, len(fp), len(reason), len(headers), len(response.body)
-    )
-    return pickle.dumps(
-        b"".join((head, fp, reason, headers, response.body)), pickle.HIGHEST_PROTOCOL
-    )
+    head = _HEAD.pack(_VERSION[0], response.status, len(fp), len(reason), len(response.blob))
+    return pickle.dumps(b"".join((head, fp, reason, response.blob)), pickle.HIGHEST_PROTOCOL)
 
 
-def decode(value: object) -> tuple[str, StoredResponse] | None:
+def decode(value: object) -> tuple[str, Sealed] | None:
     """What :func:`encode` stored; ``None`` for anything else (e.g. an older release's value)."""
     try:
         blob = pickle.loads(value) if isinstance(value, bytes) else value
@@ -167,16 +162,14 @@ def decode(value: object) -> tuple[str, StoredResponse] | None:
         return None
 
 
-def _fields(blob: bytes) -> tuple[str, StoredResponse]:
+def _fields(blob: bytes) -> tuple[str, Sealed]:
     _version, status, *lengths = _HEAD.unpack_from(blob)
     fields, at = [], _HEAD.size
     for length in lengths:
         fields.append(blob[at : at + length])
         at += length
-    fingerprint, reason, headers, body = fields
-    parts = headers.decode().split("\0") if headers else []
-    pairs = list(zip(parts[::2], parts[1::2], strict=True))
-    return fingerprint.decode(), StoredResponse(status, pairs, body, reason.decode())
+    fingerprint, reason, sealed = fields
+    return fingerprint.decode(), Sealed(status, reason.decode(), sealed)
 
 
 # -- where it is stored ---------------------------------------------------------------

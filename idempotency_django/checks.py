@@ -303,6 +303,83 @@ def check_secret(value: Any) -> list[CheckMessage]:
     )
 
 
+def check_encryption_keys(value: Any) -> list[CheckMessage]:
+    from idempotency_django.seal import DERIVED, decode_key
+
+    problem = ""
+    if not isinstance(value, list | tuple) or not value:
+        problem = f"must be a non-empty list, got {value!r}"
+    else:
+        for position, entry in enumerate(value):
+            if entry == DERIVED:
+                continue
+            try:
+                decode_key(entry if isinstance(entry, str) else "")
+            except ValueError as exc:
+                problem = f"entry {position} is not a key ({exc})"
+                break
+    if not problem:
+        return []
+    return _error(
+        "E120",
+        f"IDEMPOTENCY_ENCRYPTION_KEYS {problem}.",
+        'Newest first; each is "server-secret" (derived from the server secret) or 32 '
+        "random bytes in urlsafe base64: `python manage.py reseal_idempotency --new-key` "
+        "prints one. Keep an old key in the list until `reseal_idempotency` has run.",
+    )
+
+
+MAX_STORED_BYTES_LIMIT = 256 * 1024 * 1024
+
+
+def check_max_stored_bytes(value: Any) -> list[CheckMessage]:
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and 0 < value <= MAX_STORED_BYTES_LIMIT
+    ):
+        return []
+    return _error(
+        "E121",
+        f"IDEMPOTENCY_MAX_STORED_BYTES must be an int from 1 to {MAX_STORED_BYTES_LIMIT}, "
+        f"got {value!r}.",
+        "The most a stored answer (headers and body) may take; the default is 1048576 "
+        "(1 MiB). On MariaDB/MySQL keep it below the server's max_allowed_packet.",
+    )
+
+
+def check_redact(value: Any) -> list[CheckMessage]:
+    from idempotency_django.redact import redactor
+
+    try:
+        redactor(import_string(value) if isinstance(value, str) else value)
+    except (ImportError, TypeError, ValueError) as exc:
+        return _error(
+            "E122",
+            f"IDEMPOTENCY_REDACT must be None, a callable (or its dotted path) or a list of "
+            f"JSON field paths: {exc}",
+            'E.g. IDEMPOTENCY_REDACT = ["token", "card.secret"], or '
+            '"myapp.redaction.redact" taking the response and returning what to store.',
+        )
+    return []
+
+
+def check_mysql_packet(alias: str, packet: int, limit: int) -> list[CheckMessage]:
+    # The sealed answer, its statement and a margin must fit in one packet.
+    if packet >= limit + 64 * 1024:
+        return []
+    return [
+        Warning(
+            f"IDEMPOTENCY_DATABASE {alias!r}: max_allowed_packet ({packet} bytes) is not above "
+            f"IDEMPOTENCY_MAX_STORED_BYTES ({limit} bytes) plus 64 KiB.",
+            hint="An answer near the bound would be refused by the server after the view ran "
+            "(answered 500 answer-too-large, nothing committed). Raise max_allowed_packet, or "
+            "lower IDEMPOTENCY_MAX_STORED_BYTES.",
+            id="idempotency_django.W123",
+        )
+    ]
+
+
 def check_mysql_driver(alias: str, engine: str) -> list[CheckMessage]:
     if not engine.endswith("mysql"):
         return []
@@ -352,9 +429,18 @@ def check_mysql_server(
         return []
     mariadb, version = conn.mysql_is_mariadb, conn.mysql_version  # type: ignore[attr-defined]
     with conn.cursor() as cursor:
-        cursor.execute("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")
-        offset = int(cursor.fetchone()[0])
-    return [*check_mysql_version(alias, mariadb, version), *check_mysql_clock(alias, offset)]
+        cursor.execute("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()), @@max_allowed_packet")
+        offset, packet = (int(value) for value in cursor.fetchone())
+    return [
+        *check_mysql_version(alias, mariadb, version),
+        *check_mysql_clock(alias, offset),
+        *check_mysql_packet(alias, packet, _max_stored_bytes()),
+    ]
+
+
+def _max_stored_bytes() -> int:
+    value = getattr(settings, "IDEMPOTENCY_MAX_STORED_BYTES", None)
+    return value if isinstance(value, int) else 1024 * 1024
 
 
 def check_mysql_clock(alias: str, offset: int) -> list[CheckMessage]:
@@ -394,6 +480,9 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
     ("IDEMPOTENCY_SECRET", check_secret),
     ("IDEMPOTENCY_PREPARED_STATEMENTS", check_prepared_statements),
+    ("IDEMPOTENCY_ENCRYPTION_KEYS", check_encryption_keys),
+    ("IDEMPOTENCY_MAX_STORED_BYTES", check_max_stored_bytes),
+    ("IDEMPOTENCY_REDACT", check_redact),
 )
 
 

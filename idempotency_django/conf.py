@@ -17,6 +17,8 @@ DEFAULT_TTL = timedelta(hours=24)
 DEFAULT_LEASE = timedelta(seconds=60)
 DEFAULT_IDLE_TIMEOUT = timedelta(minutes=5)
 DEFAULT_KEY_MAX_LENGTH = 255
+DEFAULT_MAX_STORED_BYTES = 1024 * 1024
+DEFAULT_ENCRYPTION_KEYS = ("server-secret",)
 DEFAULT_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
 # Bounds: an expiry a century away stays inside every database's date range (SQLite
 # turns one past 9999 into NULL); PostgreSQL takes lock and idle timeouts as int ms.
@@ -119,6 +121,23 @@ class Settings:
         """``None``: on, except for a database with ``DISABLE_SERVER_SIDE_CURSORS``."""
         value = getattr(settings, "IDEMPOTENCY_PREPARED_STATEMENTS", None)
         return None if value is None else bool(value)
+
+    @property
+    def ENCRYPTION_KEYS(self) -> list[str]:
+        """Newest first: urlsafe base64 of 32 bytes, or ``"server-secret"`` (derived)."""
+        value = getattr(settings, "IDEMPOTENCY_ENCRYPTION_KEYS", DEFAULT_ENCRYPTION_KEYS)
+        return [str(entry) for entry in value]
+
+    @property
+    def MAX_STORED_BYTES(self) -> int:
+        """The most a stored answer's headers and body may take, in bytes."""
+        return int(getattr(settings, "IDEMPOTENCY_MAX_STORED_BYTES", DEFAULT_MAX_STORED_BYTES))
+
+    @property
+    def REDACT(self) -> Any:
+        """What may be stored for replays: a callable, its dotted path, or JSON field paths."""
+        value = getattr(settings, "IDEMPOTENCY_REDACT", None)
+        return import_string(value) if isinstance(value, str) else value
 
 
 conf = Settings()

@@ -24,7 +24,7 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
-from idempotency_django import cache, databases, signals
+from idempotency_django import cache, databases, seal, signals
 from idempotency_django.conf import conf
 from idempotency_django.exceptions import (
     IdempotencyError,
@@ -37,6 +37,7 @@ from idempotency_django.fingerprint import Keyed, keyed
 from idempotency_django.keys import extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
+from idempotency_django.redact import stored_answer
 from idempotency_django.responses import StoredResponse, is_final, require_plain
 from idempotency_django.secret import derive_key
 from idempotency_django.store.pg import IDLE_BOUND
@@ -253,7 +254,7 @@ def _execute(
     if transaction.get_rollback(using=policy.database):
         # The view marked its transaction for rollback: transient, unless it says otherwise.
         raise _Discard(response, store=getattr(response, STORE_AFTER_ROLLBACK, False))
-    stored = StoredResponse.from_response(response)
+    stored = stored_answer(response, policy.redact)
     slot.record(status_of(stored), stored)
     # Not cached now: most keys are never retried, and a SET per first execution
     # would cost every request. The first replay from the database fills the cache.
@@ -383,10 +384,15 @@ def _from_cache(
     hit = cache.get(policy.cache, policy.database, context.tenant, context.key)
     if hit is None:
         return None
-    stored_fingerprint, stored = hit
+    stored_fingerprint, sealed = hit
     if not fingerprint.matches(stored_fingerprint):
         raise KeyReused()
-    return stored
+    try:
+        return seal.opened(policy.database, context.tenant, context.key, sealed)
+    except seal.Unreadable as exc:
+        # Never the truth: the database's row answers (or says why it can't).
+        logger.warning("idempotency cache value did not open (%s); using the database", exc.why)
+        return None
 
 
 def _cache_on_commit(
@@ -401,6 +407,9 @@ def _cache_on_commit(
         return
     alias, database, tenant, key = policy.cache, policy.database, context.tenant, context.key
     assert key is not None
+    sealed = _sealed_for_cache(policy.database, tenant, key, answer)
+    if sealed is None:
+        return
     transaction.on_commit(
         lambda: cache.put(
             alias,
@@ -408,11 +417,23 @@ def _cache_on_commit(
             tenant,
             key,
             fingerprint,
-            answer,
+            sealed,
             timedelta(seconds=slot.cache_lifetime()),
         ),
         using=policy.database,
     )
+
+
+def _sealed_for_cache(
+    using: str, tenant: str, key: str, answer: StoredResponse
+) -> seal.Sealed | None:
+    """The row's own sealed bytes (no second seal); a 0.3 row's plain answer sealed now."""
+    if answer.sealed:
+        return seal.Sealed(answer.status, answer.reason, answer.sealed)
+    try:
+        return seal.seal(using, tenant, key, answer)
+    except IdempotencyError:  # over today's bound: replayed from the database only
+        return None
 
 
 def _replay(context: IdempotencyContext, stored: StoredResponse) -> HttpResponse:
@@ -429,7 +450,7 @@ def _store_alone(
     request has taken the key meanwhile, this answer is given unstored.
     """
     assert context._fingerprint is not None
-    stored = StoredResponse.from_response(response)
+    stored = stored_answer(response, policy.redact)
     try:
         with claimed(target, policy.protocol, 0, context._fingerprint.matches) as slot:
             if slot.replay is None:

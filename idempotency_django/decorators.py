@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from inspect import iscoroutinefunction
 from typing import Any, TypeVar, overload
@@ -17,6 +17,7 @@ from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
 from idempotency_django.options import KeyExtractor, Options, check_option_names
+from idempotency_django.redact import Redactor
 from idempotency_django.responses import problem_response
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
@@ -67,6 +68,7 @@ def idempotent(
     fingerprint: Fingerprinter | None = None,
     protocol: str | None = None,
     wait: float | timedelta | None = None,
+    redact: Redactor | Sequence[str] | None = None,
 ) -> Callable[[ViewFunc], ViewFunc]: ...
 
 

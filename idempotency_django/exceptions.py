@@ -101,6 +101,42 @@ class PreconditionRequired(IdempotencyError):
     default_detail = "This update needs an If-Match header with the resource's current ETag."
 
 
+class AnswerUnreadable(IdempotencyError):
+    """The key's stored answer is there but does not open: never replayed as garbage.
+
+    Tampered with, copied from another key's row, or sealed under a key no longer in
+    ``IDEMPOTENCY_ENCRYPTION_KEYS``. Nothing runs (the key was used); the entry
+    answers this until it expires, or an operator deletes it.
+    """
+
+    status, code = 500, "answer-unreadable"
+    title = "Stored answer unreadable"
+    default_detail = (
+        "The answer stored for this idempotency key cannot be read on this server; "
+        "nothing was executed. Contact the service's operators."
+    )
+
+
+class AnswerTooLarge(IdempotencyError):
+    """The view's answer is over ``IDEMPOTENCY_MAX_STORED_BYTES``: not stored, writes rolled back.
+
+    A 5xx, because the request was fine and the server could not keep its answer;
+    500 rather than WebDAV's 507, whose meaning (the *request's* representation
+    could not be stored) general HTTP clients don't know. Nothing committed, so
+    the key is free and a retry is safe (and meets the same bound).
+    """
+
+    status, code = 500, "answer-too-large"
+    title = "Answer too large to store"
+
+    @classmethod
+    def of(cls, size: int, limit: int) -> AnswerTooLarge:
+        return cls(
+            f"The answer ({size} bytes) is over IDEMPOTENCY_MAX_STORED_BYTES ({limit} bytes), "
+            "so it could not be stored for replays; nothing was committed."
+        )
+
+
 ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
     KeyMissing,
     KeyMalformed,
@@ -111,6 +147,8 @@ ALL_ERRORS: tuple[type[IdempotencyError], ...] = (
     KeyUnknown,
     PreconditionFailed,
     PreconditionRequired,
+    AnswerUnreadable,
+    AnswerTooLarge,
 )
 
 

@@ -25,8 +25,13 @@ from types import ModuleType
 
 from django.db import InterfaceError, OperationalError, connections, transaction
 
-from idempotency_django import signals
-from idempotency_django.exceptions import KeyReused, RequestInProgress, StoreUnavailable
+from idempotency_django import seal, signals
+from idempotency_django.exceptions import (
+    AnswerTooLarge,
+    KeyReused,
+    RequestInProgress,
+    StoreUnavailable,
+)
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 from idempotency_django.secret import server_secret
@@ -58,10 +63,20 @@ class Run:
     def record(self, status: str, answer: StoredResponse) -> None:
         """Store the final answer in the body's transaction (fenced on the claim's owner)."""
         assert self._claim is not None, "record() is for a run that holds the claim"
-        if isinstance(self._claim, readonly.Pending):
-            readonly.record(self._claim, status, answer, self._ttl)
-        elif not record_answer(self._claim, status, answer, self._ttl):
-            raise RuntimeError("idempotency claim lost while its row lock was held")
+        try:
+            if isinstance(self._claim, readonly.Pending):
+                readonly.record(self._claim, status, answer, self._ttl)
+            elif not record_answer(self._claim, status, answer, self._ttl):
+                raise RuntimeError("idempotency claim lost while its row lock was held")
+        except OperationalError as exc:
+            if not mysql.packet_too_large(exc):
+                raise
+            # The server refused the statement after the view's work: the same clear
+            # answer as IDEMPOTENCY_MAX_STORED_BYTES gives, and nothing commits.
+            raise AnswerTooLarge(
+                "The answer is over the database's max_allowed_packet, so it could not be "
+                "stored for replays; nothing was committed."
+            ) from exc
         self._recorded_at = time.monotonic()
 
     def cache_lifetime(self) -> float:
@@ -203,7 +218,7 @@ def _acquire(
     try:
         while True:
             found = _claim_or_take_over(proto, target, look)
-            if isinstance(found, Claim) or _replayable(found, run, matches):
+            if isinstance(found, Claim) or _replayable(found, run, matches, target):
                 return found if isinstance(found, Claim) else None
             if found is None and looks < _LOOKS:
                 looks += 1  # committed or deleted after the statement's snapshot
@@ -242,15 +257,19 @@ def _bounded_retry(seconds: float) -> int:
     return max(1, min(RETRY_AFTER_MAX, round(seconds)))
 
 
-def _replayable(found: Found, run: Run, matches: Matches) -> bool:
-    """Whether ``found`` is a final answer (now in ``run.replay``); raises 422."""
+def _replayable(found: Found, run: Run, matches: Matches, target: Target) -> bool:
+    """Whether ``found`` is a final answer (now in ``run.replay``, opened); raises 422.
+
+    An answer that does not open (tampered, moved, its key gone) raises a 500 problem.
+    """
     if not isinstance(found, Existing):
         return False
     if not matches(found.fingerprint):
         raise KeyReused()
     if found.response is None:
         return False
-    run.replay, run.remaining = found.response, found.remaining
+    run.replay = seal.replayable(target.using, target.tenant, target.key, found.response)
+    run.remaining = found.remaining
     return True
 
 

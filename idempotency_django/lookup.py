@@ -17,12 +17,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.models.functions import Now
 
-from idempotency_django import purge
+from idempotency_django import purge, seal
 from idempotency_django.calls import namespaced
 from idempotency_django.conf import conf
 from idempotency_django.databases import default_alias
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import protocol_for
+from idempotency_django.redact import is_redacted
+from idempotency_django.responses import StoredResponse
 from idempotency_django.store import pg
 from idempotency_django.store.sql import Target
 
@@ -101,13 +103,35 @@ def protocol(found: Found | None, using: str) -> str:
 
 
 def body_summary(entry: IdempotencyEntry) -> str:
-    """``"9 bytes, application/json"``: a stored body by size and type, never its content."""
+    """``"9 bytes, application/json"``: a stored body by size and type, never its content.
+
+    A sealed answer is described without opening it (its type is sealed too).
+    """
     if entry.response_body is None:
         return "-"
+    if seal.is_sealed_row(entry.response_headers):
+        return f"{len(entry.response_body)} bytes, sealed"
     content_type = next(
         (v for k, v in entry.response_headers or [] if k.lower() == "content-type"), "unknown"
     )
     return f"{len(entry.response_body)} bytes, {content_type}"
+
+
+def opened(entry: IdempotencyEntry, using: str) -> tuple[StoredResponse | None, str]:
+    """The stored answer, opened on demand, and a note: why it can't be read, or that it was
+    redacted before storing (replays don't carry what the first caller got)."""
+    try:
+        answer = seal.answer_of(using, entry)
+    except seal.Unreadable as exc:
+        return None, f"cannot be opened: {exc.why}" + (
+            f" (key id {exc.key_id})" if exc.key_id else ""
+        )
+    if answer is None:
+        return None, "no stored answer (in progress)"
+    notes = ["redacted before storing"] if is_redacted(answer) else []
+    if not seal.is_sealed_row(entry.response_headers):
+        notes.append("stored in clear by 0.3 (reseal_idempotency seals it)")
+    return answer, "; ".join(notes)
 
 
 def release(found: Found) -> bool:
@@ -184,6 +208,7 @@ __all__ = [
     "find",
     "lock_held",
     "lookup",
+    "opened",
     "protocol",
     "release",
     "stored_keys",

@@ -36,6 +36,8 @@ class IdempotencyEntry(models.Model):
     class Meta:
         verbose_name = "idempotency entry"
         verbose_name_plural = "idempotency entries"
+        # Stored answers are sealed; the admin opens one only for users holding this.
+        permissions = [("view_idempotency_body", "Can view stored answers (decrypted)")]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_tenant_key_uniq"),
         ]

@@ -17,7 +17,7 @@ import functools
 import hashlib
 import hmac
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from inspect import iscoroutinefunction
 from typing import Any, TypeVar, overload
@@ -43,6 +43,7 @@ from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
 from idempotency_django.options import KeyExtractor, Options, check_option_names
+from idempotency_django.redact import Redactor
 from idempotency_django.responses import PROBLEM_CONTENT_TYPE, problem_response
 from idempotency_django.secret import server_secret
 
@@ -76,6 +77,7 @@ def idempotent(
     fingerprint: Fingerprinter | None = None,
     protocol: str | None = None,
     wait: float | timedelta | None = None,
+    redact: Redactor | Sequence[str] | None = None,
 ) -> Callable[[Func], Func]: ...
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -15,6 +15,7 @@ from idempotency_django import conf as settings_module
 from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
 from idempotency_django.databases import chooser, entries_alias, setting
 from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
+from idempotency_django.redact import Redactor, redactor
 
 KeyExtractor = Callable[[HttpRequest], "str | None"]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -38,6 +39,7 @@ class Options:
     fingerprint: Fingerprinter | None = None
     protocol: str | None = None
     wait: float | None = None
+    redact: Redactor | None = None
 
     def __post_init__(self) -> None:
         _check_instance("header", self.header, str)
@@ -79,6 +81,7 @@ class Options:
         fingerprint: Fingerprinter | None = None,
         protocol: str | None = None,
         wait: float | timedelta | None = None,
+        redact: Redactor | Sequence[str] | None = None,
     ) -> Options:
         """Validate and normalise keyword options; a wrong one is a ``TypeError`` now."""
         if isinstance(methods, str):
@@ -96,6 +99,7 @@ class Options:
             fingerprint=fingerprint,
             protocol=protocol,
             wait=_wait(wait),
+            redact=_redactor(redact),
         )
 
     def resolve(self, request: HttpRequest | None = None) -> Policy:
@@ -146,6 +150,7 @@ class Options:
             meta_header=meta_name(header),
             chooser=None if isinstance(chosen, str) else chosen,
             wanted=wanted,
+            redact=self.redact if self.redact is not None else redactor(conf.REDACT),
         )
 
 
@@ -179,6 +184,7 @@ class Policy:
     # A database chosen per request: ``database`` and ``protocol`` are set by ``resolve``.
     chooser: Callable[[HttpRequest], str] | None = None
     wanted: str | None = None  # the protocol asked for (None: the database's default)
+    redact: Redactor | None = None  # what of the answer is stored for replays
 
 
 def protocol_for(database: str, wanted: str | None) -> str:
@@ -260,3 +266,10 @@ def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
         raise TypeError(
             f"@idempotent({name}=...) must be positive and at most 100 years, got {value!r}."
         ) from None
+
+
+def _redactor(value: Redactor | Sequence[str] | None) -> Redactor | None:
+    try:
+        return redactor(value)
+    except TypeError as exc:
+        raise TypeError(f"@idempotent({exc}".replace("redact= ", "redact=...) ", 1)) from None

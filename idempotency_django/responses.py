@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.client import responses as STANDARD_PHRASES
 
 from django.http import HttpResponse, HttpResponseBase
@@ -43,6 +43,8 @@ class StoredResponse:
     headers: list[tuple[str, str]]
     body: bytes
     reason: str = ""
+    # The sealed form it was read from (``seal.Sealed.blob``), for the replay cache to reuse.
+    sealed: bytes = field(default=b"", compare=False, repr=False)
 
     @classmethod
     def from_response(cls, response: HttpResponse) -> StoredResponse:

@@ -9,7 +9,7 @@ Importing this module imports DRF; importing ``idempotency_django`` does not.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from inspect import iscoroutinefunction
@@ -45,6 +45,7 @@ from idempotency_django.exceptions import (
 )
 from idempotency_django.fingerprint import digest, snapshot
 from idempotency_django.options import Options, Policy
+from idempotency_django.redact import Redactor
 from idempotency_django.responses import problem_response, require_plain
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class IdempotentMixin(_Base):
     idempotency_protocol: ClassVar[str | None] = None
     #: Seconds a duplicate waits for the in-flight original's answer (``IDEMPOTENCY_WAIT``).
     idempotency_wait: ClassVar[float | timedelta | None] = None
+    #: What of the answer is stored for replays (``IDEMPOTENCY_REDACT``): a callable
+    #: (response → response to store) or JSON field paths such as ``["token"]``.
+    idempotency_redact: ClassVar[Redactor | Sequence[str] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -131,6 +135,7 @@ class IdempotentMixin(_Base):
                 cache=cls.idempotency_cache,
                 protocol=cls.idempotency_protocol,
                 wait=cls.idempotency_wait,
+                redact=cls.idempotency_redact,
             )
         except TypeError as exc:
             # Options speaks the decorator's language; name the attribute instead.

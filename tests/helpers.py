@@ -12,7 +12,16 @@ from typing import Any
 from django.db import connection, connections
 from django.test import Client
 
+from idempotency_django import seal
+from idempotency_django.responses import StoredResponse
 from tests.testapp.models import Charge
+
+
+def stored_answer(entry: Any) -> StoredResponse:
+    """An entry's stored answer, opened (bodies and headers are sealed at rest)."""
+    found = seal.answer_of(entry._state.db or "default", entry)
+    assert found is not None, "the entry is still in progress"
+    return found
 
 
 def new_key() -> str:

@@ -73,9 +73,14 @@ def test_filters_by_status_and_expiry(admin_client: Client) -> None:
     assert listed(admin_client.get(changelist, {"expired": "no"})) == {"done", "running"}
 
 
-def test_detail_is_read_only_and_shows_the_body_by_size_and_type(admin_client: Client) -> None:
+def test_detail_is_read_only_and_shows_the_body_by_size_and_type(db: None) -> None:
+    # A viewer without view_idempotency_body (tests/test_stored_answer_access.py: with it).
+    viewer = User.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_idempotencyentry"))
+    client = Client()
+    client.force_login(viewer)
     entry = IdempotencyEntryFactory.create(response_body=SECRET_BODY)
-    page = admin_client.get(change_url(entry)).content.decode()
+    page = client.get(change_url(entry)).content.decode()
     assert f"{len(SECRET_BODY)} bytes, application/json" in page
     assert "tok_secret_4242" not in page
     assert 'name="_save"' not in page

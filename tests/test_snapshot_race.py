@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from idempotency_django import seal
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store import pg, readonly, sql
 from tests.helpers import charges, new_key
@@ -32,6 +33,7 @@ COLUMNS = (
     "fingerprint, status, response_status, response_reason, response_headers, response_body, "
     "locked_until, created_at, expires_at"
 )
+COPIED = COLUMNS.replace("response_headers, response_body", "%s::jsonb, %s")
 
 
 @pytest.fixture
@@ -49,12 +51,17 @@ def race(key: str, body: dict[str, Any]) -> Any:
     """A duplicate queued on ``key``'s lock while a holder commits its answer; its response."""
     model = new_key()  # a real first execution of the same request: its entry is copied
     assert send(model, body).status_code == 201
+    # Sealed afresh for ``key``: an answer copied as it is onto another key does not open.
+    entry = IdempotencyEntry.objects.get(key=model)
+    answer = seal.answer_of("default", entry)
+    assert answer is not None
+    headers, sealed = seal.row_columns("default", entry.tenant, key, answer)
     with psycopg.connect(dsn()) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [lock_id(key)])
         holder.execute(
             f"INSERT INTO {TABLE} (tenant, key, owner, {COLUMNS}) "
-            f"SELECT tenant, %s, gen_random_uuid(), {COLUMNS} FROM {TABLE} WHERE key = %s",
-            [key, model],
+            f"SELECT tenant, %s, gen_random_uuid(), {COPIED} FROM {TABLE} WHERE key = %s",
+            [key, headers, sealed, model],
         )
         duplicate = Background(key, body, {"wait": 5.0})
         wait_for(queued_on_advisory_lock, what="the duplicate queued on the key's lock")

@@ -39,6 +39,7 @@ from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store import lease
 from idempotency_django.store.sql import Claim, Existing, Target
+from tests.helpers import stored_answer
 from tests.testapp.models import Charge
 
 try:
@@ -170,7 +171,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             response = self._send(tenant, key, body, outcome)
         assert response.status_code == 500
         row = IdempotencyEntry.objects.get(tenant=tenant, key=key)
-        reply = Reply(int(outcome), bytes(row.response_body or b""), _location(row))
+        reply = Reply(int(outcome), stored_answer(row).body, _location(row))
         self._record(tenant, key, body, reply)
 
     @rule(seconds=st.sampled_from(STEPS))
@@ -212,7 +213,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             else:
                 assert row.status == _status(entry.reply.status)
                 assert row.response_status == entry.reply.status
-                assert bytes(row.response_body or b"") == entry.reply.body
+                assert stored_answer(row).body == entry.reply.body
 
     @invariant()
     def business_writes_match_executions(self) -> None:
@@ -267,7 +268,7 @@ def _status(status: int) -> str:
 
 
 def _location(row: IdempotencyEntry) -> str:
-    return str(dict(map(tuple, row.response_headers)).get("Location", ""))
+    return str(dict(stored_answer(row).headers).get("Location", ""))
 
 
 PROTOCOLS = ["lease", pytest.param("lock", marks=pytest.mark.requires_postgres)]

@@ -70,6 +70,16 @@ def busy(exc: BaseException) -> bool:
     return errno(exc) in BUSY_ERRORS
 
 
+# ER_NET_PACKET_TOO_LARGE, and what the client sees when the server drops the
+# connection over it (CR_SERVER_GONE_ERROR / CR_SERVER_LOST with the packet named).
+PACKET_TOO_LARGE = 1153
+
+
+def packet_too_large(exc: BaseException) -> bool:
+    """Whether the server refused a statement for exceeding ``max_allowed_packet``."""
+    return errno(exc) == PACKET_TOO_LARGE or "max_allowed_packet" in str(exc)
+
+
 def claim(target: Target, owner: uuid.UUID) -> Found:
     """Insert an in-progress entry, or return what holds the key (one statement if new)."""
     conn = connections[target.using]

@@ -22,7 +22,6 @@ of :mod:`.pg`.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 from django.db import OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django import seal
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.responses import StoredResponse
 from idempotency_django.store import pg, prepared
@@ -208,6 +208,7 @@ def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> N
     """
     conn = connections[claim.using]
     sql = cached_sql(conn, "ro-record", lambda: _record_sql(conn))
+    headers, body = seal.row_columns(claim.using, claim.tenant, claim.key, response)
     use = prepared.cursor(conn) if prepared.enabled(conn) else conn.cursor()
     params = [
         claim.tenant,
@@ -217,8 +218,8 @@ def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> N
         claim.owner,
         response.status,
         response.reason,
-        json.dumps(response.headers),
-        response.body,
+        headers,
+        body,
         later_param(conn, ttl),
     ]
     try:

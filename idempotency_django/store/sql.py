@@ -8,7 +8,6 @@ datetimes here, so ``USE_TZ = False`` and a database ``TIME_ZONE`` change nothin
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django import seal
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 
@@ -60,7 +60,8 @@ class Existing:
     """An entry somebody else created, with the database's verdict on its age."""
 
     fingerprint: str
-    response: StoredResponse | None  # None while in progress
+    # None while in progress; sealed until a replay opens it (a 0.3 row: plain).
+    response: StoredResponse | seal.Sealed | None
     dead: bool  # past its TTL, or in progress with its lease passed
     remaining: float  # seconds until it expires, by the database's clock
 
@@ -167,10 +168,7 @@ def existing(row: tuple[Any, ...]) -> Existing:
     fingerprint, status, code, reason, headers, body, dead, remaining = row
     response = None
     if status != IN_PROGRESS:
-        headers = json.loads(headers) if isinstance(headers, str | bytes) else headers
-        response = StoredResponse(
-            int(code), [(str(k), str(v)) for k, v in headers], bytes(body or b""), reason or ""
-        )
+        response = seal.from_row(int(code), reason or "", headers, body)
     return Existing(str(fingerprint), response, bool(dead), float(remaining))
 
 
@@ -274,12 +272,13 @@ def record(claim: Claim, status: str, response: StoredResponse, ttl: timedelta) 
     """Store the final answer, fenced on the owner token; it expires ``ttl`` from now."""
     conn = connections[claim.using]
     sql = cached_sql(conn, "record", lambda: _record_sql(conn))
+    headers, body = seal.row_columns(claim.using, claim.tenant, claim.key, response)
     params = [
         status,
         response.status,
         response.reason,
-        json.dumps(response.headers),
-        response.body,
+        headers,
+        body,
         later_param(conn, ttl),
         claim.tenant,
         claim.key,

@@ -1,6 +1,6 @@
 """A new user's first contact: the built wheel in a fresh virtualenv and a new project.
 
-With only Django and the wheel installed, ``startproject`` + ``startapp payments``,
+With only the wheel and its own dependencies (Django, cryptography) installed, ``startproject`` + ``startapp payments``,
 the quick start's files pasted as they are (``docs/examples/``), ``migrate`` on
 SQLite and ``runserver``: the function view and the class-based view answer as the
 docs say, curl-like (no CSRF token). Then with ``[drf]``, the viewset; then every

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_django import lookup
+from idempotency_django import lookup, seal
 from idempotency_django.databases import default_alias
 from idempotency_django.keys import readable
 from idempotency_django.management.arguments import check_database
@@ -65,7 +65,7 @@ class Command(BaseCommand):
             raise CommandError(missing(tenant, keys[0], using))
         self.stdout.write("\n".join(describe(found, using)))
         if options["show_body"]:
-            self.stdout.write(body_text(found.entry.response_body))
+            self.stdout.write(shown_body(found, using))
         if options["release"]:
             self.release(found)
 
@@ -117,7 +117,7 @@ def describe(found: lookup.Found, using: str) -> list[str]:
         ("created at", entry.created_at.isoformat()),
         ("locked until", f"{entry.locked_until.isoformat()}{lease_text(found)}"),
         ("expires at", f"{entry.expires_at.isoformat()}{expiry_text(found)}"),
-        ("headers", f"{len(entry.response_headers or [])}"),
+        ("headers", headers_text(entry)),
         ("body", size_text(entry)),
     ]
     return [f"{name + ':':<17}{value}" for name, value in lines]
@@ -152,6 +152,23 @@ def expiry_text(found: lookup.Found) -> str:
 def size_text(entry: Any) -> str:
     summary = lookup.body_summary(entry)
     return summary if summary == "-" else f"{summary} (--show-body prints it)"
+
+
+def headers_text(entry: Any) -> str:
+    headers = entry.response_headers
+    if seal.is_sealed_row(headers or []):
+        return "sealed (--show-body opens them)"
+    return f"{len(headers or [])}"
+
+
+def shown_body(found: lookup.Found, using: str) -> str:
+    """The stored answer opened (never for purge or the outbox: only here and in the admin)."""
+    answer, note = lookup.opened(found.entry, using)
+    lines = [f"{'note:':<17}{note}"] if note else []
+    if answer is None:
+        return "\n".join([*lines, "(no stored body)"])
+    lines += [f"{name}: {value}" for name, value in answer.headers]
+    return "\n".join([*lines, "", body_text(answer.body)])
 
 
 def body_text(body: bytes | memoryview | None) -> str:

@@ -1,0 +1,94 @@
+"""``manage.py reseal_idempotency``: stored answers re-sealed under the newest key.
+
+Run after putting a new key first in ``IDEMPOTENCY_ENCRYPTION_KEYS`` (the old one
+still listed), then drop the old key: every finished entry, 0.3's plain ones too,
+is then sealed under the newest. Each batch is its own short transaction, and each
+write is fenced on the entry's owner token, so that an entry taken over or purged
+meanwhile is left as it is. ``--new-key`` prints a fresh key for the setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from idempotency_django import seal
+from idempotency_django.databases import chosen_or_every
+from idempotency_django.management.arguments import check_batch_and_database
+from idempotency_django.models import IdempotencyEntry
+
+DEFAULT_BATCH_SIZE = 500
+
+
+@dataclass
+class Resealed:
+    resealed: int = 0
+    current: int = 0
+    unreadable: int = 0
+
+
+class Command(BaseCommand):
+    help = (
+        "Re-seal every stored idempotency answer under the newest key of "
+        "IDEMPOTENCY_ENCRYPTION_KEYS (and seal 0.3's plain ones), in short batches."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--new-key", action="store_true", help="Print a new key for the setting and exit."
+        )
+        parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N")
+        parser.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="Database alias holding the entries (default: every alias that holds them).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["new_key"]:
+            self.stdout.write(seal.new_key())
+            return
+        batch_size, database = options["batch_size"], options["database"]
+        check_batch_and_database(batch_size, database)
+        for alias in chosen_or_every(database):
+            done = reseal(alias, batch_size)
+            self.stdout.write(
+                f"{alias!r}: {done.resealed} resealed, {done.current} already under the newest "
+                f"key, {done.unreadable} unreadable (left until they expire)."
+            )
+
+
+def reseal(using: str, batch_size: int = DEFAULT_BATCH_SIZE) -> Resealed:
+    """Re-seal the finished entries on ``using``; counts what was done."""
+    done, after = Resealed(), 0
+    finished = IdempotencyEntry.objects.using(using).exclude(
+        status=IdempotencyEntry.Status.IN_PROGRESS
+    )
+    while True:
+        batch = list(finished.filter(pk__gt=after).order_by("pk")[:batch_size])
+        if not batch:
+            return done
+        with transaction.atomic(using=using):
+            for entry in batch:
+                _reseal_one(using, entry, done)
+        after = batch[-1].pk
+
+
+def _reseal_one(using: str, entry: IdempotencyEntry, done: Resealed) -> None:
+    assert entry.response_status is not None
+    found = seal.from_row(
+        entry.response_status, entry.response_reason, entry.response_headers, entry.response_body
+    )
+    try:
+        blob = seal.resealed(using, entry.tenant, entry.key, found)
+    except seal.Unreadable:
+        done.unreadable += 1
+        return
+    if blob is None:
+        done.current += 1
+        return
+    rows = IdempotencyEntry.objects.using(using).filter(pk=entry.pk, owner=entry.owner)
+    done.resealed += rows.update(response_headers=seal.ROW_MARKER, response_body=blob)

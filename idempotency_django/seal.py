@@ -1,0 +1,272 @@
+"""Stored answers sealed at rest: AES-GCM over the headers and body, bound to (tenant, key).
+
+Every answer is sealed where its bytes are produced (the entry row's write, the
+replay cache's value) and opened where a replay needs them, so that a replica, a
+backup or a dump of the entries' table holds no body and no header value in
+clear. A sealed blob is::
+
+    version (1 byte) | key id (4) | nonce (12) | AES-GCM(headers and body) + tag (16)
+
+The associated data is (tenant, key), length-prefixed: a blob copied onto another
+key's row does not open. The database alias is deliberately not part of it: an
+alias is a name in one deployment's settings, and renaming it (or restoring a dump
+under another one) must not make every stored answer unreadable. Distinct
+databases get distinct keys anyway when the key is derived from each one's server
+secret (the default).
+
+The key id is the first four bytes of a hash of the key, so that rotation knows
+which configured key opens a blob without trying each, and can say that a blob's
+key is no longer configured.
+
+A row written by 0.3 (headers as a JSON list, body in clear) is still read as it
+is: it expires with its TTL, or ``reseal_idempotency`` seals it now. A sealed
+row's ``response_headers`` holds :data:`ROW_MARKER` (a JSON object, never a list),
+which is how a reader tells the two apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from idempotency_django.conf import compiled, conf
+from idempotency_django.exceptions import AnswerTooLarge, AnswerUnreadable
+from idempotency_django.responses import StoredResponse
+
+logger = logging.getLogger("idempotency_django")
+
+VERSION = b"\x01"
+DERIVED = "server-secret"  # in IDEMPOTENCY_ENCRYPTION_KEYS: the key derived from the secret
+KEY_BYTES = 32
+ROW_MARKER: dict[str, int] = {"sealed": 1}
+ROW_MARKER_JSON = json.dumps(ROW_MARKER)
+_ID, _NONCE, _TAG = 4, 12, 16
+_HEAD = 1 + _ID + _NONCE
+_LENGTH = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A stored answer as read, not yet opened: status and reason in clear, the rest sealed."""
+
+    status: int
+    reason: str
+    blob: bytes
+
+
+class Unreadable(Exception):
+    """Why a blob did not open: tampered with, moved to another key, or its key is gone."""
+
+    def __init__(self, why: str, key_id: str = "") -> None:
+        super().__init__(why)
+        self.why, self.key_id = why, key_id
+
+
+# -- the keys --------------------------------------------------------------------------
+
+
+def decode_key(text: str) -> bytes:
+    """A configured key's 32 bytes; ``ValueError`` when it is not urlsafe base64 of 32 bytes."""
+    try:
+        raw = base64.urlsafe_b64decode(text.encode("ascii"))
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise ValueError("not urlsafe base64") from None
+    if len(raw) != KEY_BYTES:
+        raise ValueError(f"{len(raw)} bytes, not {KEY_BYTES}")
+    return raw
+
+
+def new_key() -> str:
+    """A fresh key in the form ``IDEMPOTENCY_ENCRYPTION_KEYS`` takes."""
+    return base64.urlsafe_b64encode(os.urandom(KEY_BYTES)).decode("ascii")
+
+
+def key_id(key: bytes) -> bytes:
+    return hashlib.sha256(b"idempotency_django.seal.id" + key).digest()[:_ID]
+
+
+class Ring:
+    """The configured keys of one entries database: the newest seals, every one opens."""
+
+    def __init__(self, keys: list[bytes], limit: int) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self.ciphers = {key_id(key): AESGCM(key) for key in keys}
+        self.newest = key_id(keys[0])
+        self.limit = limit  # IDEMPOTENCY_MAX_STORED_BYTES, read once with the keys
+
+    def seal(self, plain: bytes, aad: bytes) -> bytes:
+        nonce = os.urandom(_NONCE)
+        sealed = self.ciphers[self.newest].encrypt(nonce, plain, aad)
+        return b"".join((VERSION, self.newest, nonce, sealed))
+
+    def open(self, blob: bytes, aad: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        if blob[:1] != VERSION or len(blob) < _HEAD + _TAG:
+            raise Unreadable("not a sealed answer")
+        kid = blob[1 : 1 + _ID]
+        cipher = self.ciphers.get(kid)
+        if cipher is None:
+            raise Unreadable("sealed under a key no longer configured", kid.hex())
+        try:
+            return cipher.decrypt(blob[1 + _ID : _HEAD], blob[_HEAD:], aad)
+        except InvalidTag:
+            raise Unreadable("tampered with, or moved from another key", kid.hex()) from None
+
+
+_rings: dict[str, Ring] = {}
+
+
+def ring(using: str) -> Ring:
+    """The key ring for the entries database ``using`` (built once per settings change)."""
+    found = _rings.get(using)
+    if found is None:
+        keys = [_key(entry, using) for entry in conf.ENCRYPTION_KEYS]
+        found = _rings[using] = Ring(keys, conf.MAX_STORED_BYTES)
+    return found
+
+
+def _key(entry: str, using: str) -> bytes:
+    if entry == DERIVED:
+        from idempotency_django.secret import server_secret
+
+        # A subkey: the raw secret is never itself a cipher key.
+        return hmac.new(server_secret(using), b"idempotency_django.seal", "sha256").digest()
+    return decode_key(entry)
+
+
+compiled(_rings.clear)
+
+
+# -- answers ---------------------------------------------------------------------------
+
+
+def associated(tenant: str, key: str) -> bytes:
+    """The associated data: (tenant, key), length-prefixed so that no two pairs coincide."""
+    raw = tenant.encode("utf-8", "surrogatepass")
+    return _LENGTH.pack(len(raw)) + raw + key.encode("utf-8", "surrogatepass")
+
+
+def plain(response: StoredResponse) -> bytes:
+    """What is sealed: the headers (JSON: any byte, NUL included, survives) then the body."""
+    headers = json.dumps(response.headers, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return b"".join((_LENGTH.pack(len(headers)), headers, response.body))
+
+
+def seal(using: str, tenant: str, key: str, response: StoredResponse) -> Sealed:
+    """``response`` sealed for (tenant, key); ``AnswerTooLarge`` past the stored-bytes bound."""
+    data, keys = plain(response), ring(using)
+    if len(data) > keys.limit:
+        raise AnswerTooLarge.of(len(data), keys.limit)
+    return Sealed(response.status, response.reason, keys.seal(data, associated(tenant, key)))
+
+
+def opened(using: str, tenant: str, key: str, sealed: Sealed) -> StoredResponse:
+    """The answer in ``sealed``; raises :class:`Unreadable` when it does not open."""
+    data = ring(using).open(sealed.blob, associated(tenant, key))
+    (length,) = _LENGTH.unpack_from(data)
+    end = _LENGTH.size + length
+    headers = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
+    pairs = [(str(name), str(value)) for name, value in headers]
+    return StoredResponse(sealed.status, pairs, data[end:], sealed.reason, sealed=sealed.blob)
+
+
+def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
+    """The answer to replay from a row (sealed, or 0.3's plain); 500 problem when unreadable."""
+    if isinstance(found, StoredResponse):
+        return found
+    try:
+        return opened(using, tenant, key, found)
+    except Unreadable as exc:
+        logger.error(
+            "idempotency: the stored answer of a key could not be opened (%s; key id %s, "
+            "database %r): answered 500 answer-unreadable until the entry expires",
+            exc.why,
+            exc.key_id or "-",
+            using,
+        )
+        raise AnswerUnreadable() from None
+
+
+# -- the row's columns -------------------------------------------------------------------
+
+
+def row_columns(using: str, tenant: str, key: str, response: StoredResponse) -> tuple[str, bytes]:
+    """``(response_headers, response_body)`` as written: the marker and the sealed blob."""
+    return ROW_MARKER_JSON, seal(using, tenant, key, response).blob
+
+
+def from_row(status: int, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
+    """A finished row's answer: :class:`Sealed`, or a 0.3 row's plain answer."""
+    if isinstance(headers, str | bytes):
+        headers = json.loads(headers)
+    if isinstance(headers, dict):
+        return Sealed(status, reason, bytes(body or b""))
+    pairs = [(str(name), str(value)) for name, value in headers]
+    return StoredResponse(status, pairs, bytes(body or b""), reason)
+
+
+class Row(Protocol):
+    """What :func:`answer_of` reads of an entry (an ``IdempotencyEntry``)."""
+
+    tenant: str
+    key: str
+    response_status: int | None
+    response_reason: str
+    response_headers: Any
+    response_body: Any
+
+
+def answer_of(using: str, row: Row) -> StoredResponse | None:
+    """A finished entry's answer, opened (``None`` in progress); raises :class:`Unreadable`."""
+    if row.response_status is None:
+        return None
+    found = from_row(
+        row.response_status, row.response_reason, row.response_headers, row.response_body
+    )
+    if isinstance(found, StoredResponse):
+        return found
+    return opened(using, row.tenant, row.key, found)
+
+
+def is_sealed_row(headers: Any) -> bool:
+    if isinstance(headers, str | bytes):
+        headers = json.loads(headers)
+    return isinstance(headers, dict)
+
+
+def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> bytes | None:
+    """``found`` sealed under the newest key, or ``None`` when it already is.
+
+    Raises :class:`Unreadable` for a blob no configured key opens.
+    """
+    current = ring(using)
+    if isinstance(found, Sealed):
+        if found.blob[1 : 1 + _ID] == current.newest:
+            return None
+        found = opened(using, tenant, key, found)
+    return current.seal(plain(found), associated(tenant, key))
+
+
+__all__ = [
+    "DERIVED",
+    "Ring",
+    "Sealed",
+    "Unreadable",
+    "decode_key",
+    "new_key",
+    "opened",
+    "replayable",
+    "ring",
+    "row_columns",
+    "seal",
+]
