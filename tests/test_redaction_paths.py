@@ -76,7 +76,7 @@ def test_a_plain_0_3_row_replayed_is_cached_sealed() -> None:
     assert real.status_code == 201
     replay = post(client, "/charges/", "old")
     assert replay.content == b'{"id": 1}'
-    value = caches["local"].get(cache.cache_key("", "old"))
+    value = caches["local"].get(cache.cache_key("default", "", "old"))
     _fingerprint, sealed = cache.decode(value) or ("", None)
     assert sealed is not None
     assert b'{"id": 1}' not in sealed.blob
@@ -90,7 +90,7 @@ def test_a_cache_value_that_does_not_open_is_a_miss(caplog: pytest.LogCaptureFix
     client = Client(raise_request_exception=False)
     first = post(client, "/charges/", "k")
     post(client, "/charges/", "k")  # fills the cache
-    name = cache.cache_key("", "k")
+    name = cache.cache_key("default", "", "k")
     fingerprint, sealed = cache.decode(caches["local"].get(name)) or ("", None)
     assert sealed is not None
     tampered = seal.Sealed(

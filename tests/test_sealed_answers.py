@@ -110,7 +110,7 @@ def test_the_raw_redis_value_holds_neither_and_a_nul_never_splits_it(
             post(client, "/mint/", key)  # from the database: fills the cache
             backend = caches["replay"]
             redis = backend.client.get_client()  # type: ignore[attr-defined]
-            raw = redis.get(backend.make_key(cache.cache_key("", key)))
+            raw = redis.get(backend.make_key(cache.cache_key("default", "", key)))
             assert raw is not None
             value = pickle.loads(raw)
             for secret in (BODY_SECRET, HEADER_SECRET, "X-Token-Hint", "stolen"):
@@ -122,7 +122,7 @@ def test_the_raw_redis_value_holds_neither_and_a_nul_never_splits_it(
             assert "Set-Cookie" not in replay
             assert not replay.cookies
         finally:
-            caches["replay"].delete(cache.cache_key("", key))
+            caches["replay"].delete(cache.cache_key("default", "", key))
 
 
 def move(source: str, target: str) -> None:
