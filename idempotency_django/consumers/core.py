@@ -57,6 +57,7 @@ def consume(
     using = database or conf.DATABASE
     key = namespaced(scope, message_id)
     _reconnect_if_broken(using)
+    ran: list[IdempotentCall] = []  # the call the handler ran in, if it ran
     try:
         with idempotent_call(
             message_id,
@@ -68,6 +69,7 @@ def consume(
             origin="consumer",
         ) as call:
             if not call.replayed:
+                ran.append(call)
                 call.result = _run(call, handler)
                 if attempt is None:
                     from idempotency_django.consumers import failures
@@ -78,7 +80,7 @@ def consume(
     except UNAVAILABLE_ERRORS as away:
         return _unavailable(using, rules, away)
     except Exception as failed:  # noqa: BLE001 - the handler's failure: rolled back, key free
-        return _failed(using, tenant, key, rules, attempt, failed, call_of(failed))
+        return _failed(using, tenant, key, rules, attempt, failed, ran[0] if ran else None)
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
 
 
@@ -96,16 +98,8 @@ def _run(call: IdempotentCall, handler: Callable[[], Any]) -> Any:
     token = _current.set(call)
     try:
         return handler()
-    except BaseException as exc:
-        exc.__idempotency_call__ = call  # type: ignore[attr-defined]
-        raise
     finally:
         _current.reset(token)
-
-
-def call_of(error: BaseException) -> IdempotentCall | None:
-    found: IdempotentCall | None = getattr(error, "__idempotency_call__", None)
-    return found
 
 
 def _reconnect_if_broken(using: str) -> None:
