@@ -291,7 +291,9 @@ def _reclaimed(target: Target) -> None:
     signals.send(
         signals.entry_reclaimed, sender="takeover", how="takeover", count=1, database=target.using
     )
-    signals.uncertain("takeover", target.using, key_digest=signals.key_digest(target.tenant, target.key))
+    signals.uncertain(
+        "takeover", target.using, key_digest=signals.key_digest(target.tenant, target.key)
+    )
 
 
 def _release(proto: ModuleType, claim: Claim) -> None:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from idempotency_django.consumers import GiveUp, Verdict
@@ -144,3 +144,92 @@ def consumer(
 def kill(process: subprocess.Popen[bytes]) -> None:
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
+
+
+# The three scenarios every real broker must pass, over a small adapter per broker.
+
+
+class Broker(Protocol):
+    def publish(self, *events: dict[str, Any]) -> None:
+        """Send each event (``{"id": ..., "amount": ...}``) as one message."""
+
+    def drained(self) -> bool:
+        """Nothing left to deliver or to acknowledge."""
+
+    def dead_letters(self) -> list[str]:
+        """The event ids on the dead-letter path, in order."""
+
+    def consumer(self, traces: Path, database: str) -> Any:
+        """A context manager running the broker's consumer process on ``database``."""
+
+
+def killed_after_the_commit_and_before_the_ack(broker: Broker, traces: Path, database: str) -> None:
+    """SIGKILL after the commit, before the ack: the redelivery replays; one effect."""
+    from tests.testapp.models import Charge
+
+    (traces / "hold-e1").touch()
+    broker.publish({"id": "e1", "amount": 10})
+    with broker.consumer(traces, database) as first:
+        wait_for(lambda: steps(traces, "committed", "e1") == 1, "the commit", traces)
+        kill(first)
+    (traces / "hold-e1").unlink()
+    assert Charge.objects.filter(reference="e1").count() == 1
+    assert steps(traces, "ack", "e1") == 0
+    with broker.consumer(traces, database):
+        wait_for(lambda: steps(traces, "ack", "e1") == 1, "the ack", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+    assert steps(traces, "replayed", "e1") == 1
+    assert steps(traces, "ran", "e1") == 1
+    assert Charge.objects.filter(reference="e1").count() == 1
+
+
+def database_outage_mid_stream(broker: Broker, traces: Path, database: str) -> None:
+    """PostgreSQL cut away (a proxy; the shared server keeps running) while events
+    arrive: none is given up on, and after the restore each is processed once."""
+    from tests.broker_proxy import CuttableProxy
+    from tests.testapp.models import Charge
+
+    before = [{"id": f"b{n}", "amount": n} for n in range(3)]
+    during = [{"id": f"d{n}", "amount": n} for n in range(5)]
+    proxy = CuttableProxy(int(urlsplit(database).port or 5432))
+    try:
+        broker.publish(*before)
+        with broker.consumer(traces, via_port(database, proxy.port)):
+            wait_for(lambda: count(traces, "ack") == 3, "the first acks", traces)
+            proxy.cut()
+            broker.publish(*during)
+            # The consumer meets the outage several times before the database is back.
+            wait_for(lambda: count(traces, "unavailable") >= 5, "retries in the outage", traces)
+            proxy.restore()
+            wait_for(lambda: count(traces, "ack") == 8, "every ack", traces)
+            wait_for(broker.drained, "nothing left pending", traces)
+    finally:
+        proxy.close()
+    assert count(traces, "dead_letter") == 0
+    for event in before + during:
+        assert Charge.objects.filter(reference=event["id"]).count() == 1, event
+        assert steps(traces, "committed", str(event["id"])) == 1, event
+    assert broker.dead_letters() == []
+
+
+def poison_is_dead_lettered_and_leaves_its_key_free(
+    broker: Broker, traces: Path, database: str
+) -> None:
+    """Tried POLICY.max_attempts times, moved to the dead-letter path, its key left free:
+    the producer's fixed event under the same id then runs once."""
+    from idempotency_django.consumers.models import ConsumerFailure
+    from idempotency_django.models import IdempotencyEntry
+    from tests.testapp.models import Charge
+
+    broker.publish({"id": "p1", "amount": "poison"}, {"id": "e2", "amount": 5})
+    with broker.consumer(traces, database):
+        wait_for(lambda: steps(traces, "dead_letter", "p1") == 1, "the dead letter", traces)
+        wait_for(lambda: steps(traces, "ack", "e2") == 1, "the next event", traces)
+        assert steps(traces, "ran", "p1") == POLICY.max_attempts
+        assert not IdempotencyEntry.objects.filter(key__endswith="\x1fp1").exists()
+        assert not ConsumerFailure.objects.filter(key__endswith="\x1fp1").exists()
+        wait_for(lambda: broker.dead_letters() == ["p1"], "the dead-letter path", traces)
+        broker.publish({"id": "p1", "amount": 7, "version": 2})
+        wait_for(lambda: steps(traces, "ack", "p1") == 1, "the fixed event", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+    assert Charge.objects.filter(reference="p1").count() == 1

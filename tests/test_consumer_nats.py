@@ -21,13 +21,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from idempotency_django.consumers.models import ConsumerFailure
-from idempotency_django.models import IdempotencyEntry
 from tests import consumer_harness as harness
-from tests.broker_proxy import CuttableProxy
 from tests.celery_harness import database_url
 from tests.conftest import reachable, service_missing
-from tests.testapp.models import Charge
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 #: Streams are named PREFIX_<random>: suites sharing one server never meet.
@@ -114,90 +110,40 @@ async def _dead_letters(name: str) -> list[str]:
     return found
 
 
-def consumer(traces: Path, stream: Stream, database: str = "") -> Any:
-    return harness.consumer(
-        traces,
-        "tests.consumer_nats",
-        list(stream),
-        database or database_url(),
-        NATS_URL=NATS_URL,
-    )
+class JetStream:
+    """The scenarios' view of this test's stream (tests/consumer_harness.Broker)."""
 
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
 
-def drained(stream: Stream) -> bool:
-    return bool(run(_pending(stream[0])) == (0, 0))
+    def publish(self, *events: dict[str, Any]) -> None:
+        run(_publish(self.stream[1], *events))
+
+    def drained(self) -> bool:
+        return bool(run(_pending(self.stream[0])) == (0, 0))
+
+    def dead_letters(self) -> list[str]:
+        found: list[str] = run(_dead_letters(self.stream[0]))
+        return found
+
+    def consumer(self, traces: Path, database: str) -> Any:
+        args = list(self.stream)
+        return harness.consumer(traces, "tests.consumer_nats", args, database, NATS_URL=NATS_URL)
 
 
 def test_killed_after_the_commit_and_before_the_ack_the_redelivery_replays_once(
     tmp_path: Path, stream: Stream
 ) -> None:
-    (tmp_path / "hold-e1").touch()
-    run(_publish(stream[1], {"id": "e1", "amount": 10}))
-    with consumer(tmp_path, stream) as first:
-        harness.wait_for(
-            lambda: harness.steps(tmp_path, "committed", "e1") == 1, "the commit", tmp_path
-        )
-        harness.kill(first)
-    (tmp_path / "hold-e1").unlink()
-    assert Charge.objects.filter(reference="e1").count() == 1
-    assert harness.steps(tmp_path, "ack", "e1") == 0
-    with consumer(tmp_path, stream):
-        harness.wait_for(lambda: harness.steps(tmp_path, "ack", "e1") == 1, "the ack", tmp_path)
-        harness.wait_for(lambda: drained(stream), "nothing left pending", tmp_path)
-    assert harness.steps(tmp_path, "replayed", "e1") == 1
-    assert harness.steps(tmp_path, "ran", "e1") == 1
-    assert Charge.objects.filter(reference="e1").count() == 1
+    harness.killed_after_the_commit_and_before_the_ack(JetStream(stream), tmp_path, database_url())
 
 
 def test_a_database_outage_mid_stream_loses_nothing(tmp_path: Path, stream: Stream) -> None:
-    before = [{"id": f"b{n}", "amount": n} for n in range(3)]
-    during = [{"id": f"d{n}", "amount": n} for n in range(5)]
-    proxy = CuttableProxy(int(urlsplit(database_url()).port or 5432))
-    try:
-        run(_publish(stream[1], *before))
-        with consumer(tmp_path, stream, harness.via_port(database_url(), proxy.port)):
-            harness.wait_for(
-                lambda: harness.count(tmp_path, "ack") == 3, "the first acks", tmp_path
-            )
-            proxy.cut()
-            run(_publish(stream[1], *during))
-            # The consumer meets the outage on several events before the database is back.
-            harness.wait_for(
-                lambda: harness.count(tmp_path, "unavailable") >= 5,
-                "retries in the outage",
-                tmp_path,
-            )
-            proxy.restore()
-            harness.wait_for(lambda: harness.count(tmp_path, "ack") == 8, "every ack", tmp_path)
-            harness.wait_for(lambda: drained(stream), "nothing left pending", tmp_path)
-    finally:
-        proxy.close()
-    assert harness.count(tmp_path, "dead_letter") == 0
-    for event in before + during:
-        assert Charge.objects.filter(reference=event["id"]).count() == 1, event
-        assert harness.steps(tmp_path, "committed", str(event["id"])) == 1, event
-    assert run(_dead_letters(stream[0])) == []
+    harness.database_outage_mid_stream(JetStream(stream), tmp_path, database_url())
 
 
 def test_a_poison_message_is_dead_lettered_and_leaves_its_key_free(
     tmp_path: Path, stream: Stream
 ) -> None:
-    run(_publish(stream[1], {"id": "p1", "amount": "poison"}, {"id": "e2", "amount": 5}))
-    with consumer(tmp_path, stream):
-        harness.wait_for(
-            lambda: harness.steps(tmp_path, "dead_letter", "p1") == 1, "the dead letter", tmp_path
-        )
-        harness.wait_for(
-            lambda: harness.steps(tmp_path, "ack", "e2") == 1, "the next event", tmp_path
-        )
-        assert harness.steps(tmp_path, "ran", "p1") == harness.POLICY.max_attempts
-        assert not IdempotencyEntry.objects.filter(key__endswith="\x1fp1").exists()
-        assert not ConsumerFailure.objects.filter(key__endswith="\x1fp1").exists()
-        assert run(_dead_letters(stream[0])) == ["p1"]
-        # The producer fixes the event and sends it again: the same event id runs once.
-        run(_publish(stream[1], {"id": "p1", "amount": 7, "version": 2}))
-        harness.wait_for(
-            lambda: harness.steps(tmp_path, "ack", "p1") == 1, "the fixed event", tmp_path
-        )
-        harness.wait_for(lambda: drained(stream), "nothing left pending", tmp_path)
-    assert Charge.objects.filter(reference="p1").count() == 1
+    harness.poison_is_dead_lettered_and_leaves_its_key_free(
+        JetStream(stream), tmp_path, database_url()
+    )

@@ -89,7 +89,9 @@ def test_a_row_the_broker_always_refuses_stops_after_its_policy(
     _exhaust(broker)
     assert broker.refused == 3  # the 4th and 5th relay runs left it alone
     row.refresh_from_db()
-    assert row.dead_at is not None and row.sent_at is None and row.failures == 3
+    assert row.dead_at is not None
+    assert row.sent_at is None
+    assert row.failures == 3
     found = delivery.stats()
     assert (found.pending, found.dead) == (0, 1)
     assert [(d["sender"], d["attempts"], d["uncertain"]) for d in dead_letters] == [
@@ -125,7 +127,8 @@ def test_the_admin_shows_it_and_send_again_delivers_it_once_under_its_key(
     assert broker.delivered == ["order-7", "order-7"]  # delivered twice, its key unchanged
     assert Charge.objects.filter(reference="order-7").count() == 1  # run once
     row.refresh_from_db()
-    assert row.sent_at is not None and row.dead_at is None
+    assert row.sent_at is not None
+    assert row.dead_at is None
 
 
 def test_discard_deletes_dead_letters_only(broker: Broker, admin_client: Client) -> None:

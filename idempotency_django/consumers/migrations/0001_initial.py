@@ -5,26 +5,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ConsumerFailure',
+            name="ConsumerFailure",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tenant', models.CharField(blank=True, default='', max_length=255)),
-                ('key', models.CharField(max_length=255)),
-                ('failures', models.PositiveIntegerField(default=0)),
-                ('first_failed_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('last_error', models.TextField(blank=True, default='')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("tenant", models.CharField(blank=True, default="", max_length=255)),
+                ("key", models.CharField(max_length=255)),
+                ("failures", models.PositiveIntegerField(default=0)),
+                (
+                    "first_failed_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("last_error", models.TextField(blank=True, default="")),
             ],
             options={
-                'verbose_name': 'consumer failure',
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'key'), name='idem_consumer_failure_key')],
+                "verbose_name": "consumer failure",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "key"), name="idem_consumer_failure_key"
+                    )
+                ],
             },
         ),
     ]

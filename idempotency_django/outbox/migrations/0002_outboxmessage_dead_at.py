@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('idempotency_outbox', '0001_initial'),
+        ("idempotency_outbox", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='outboxmessage',
-            name='dead_at',
+            model_name="outboxmessage",
+            name="dead_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]
