@@ -7,7 +7,6 @@ see tests/consumer_harness.py for what it traces and where the tests kill it.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import Any
 
@@ -39,7 +38,7 @@ def run(name: str) -> None:
             while True:
                 try:
                     connection.drain_events(timeout=1)
-                except socket.timeout:
+                except TimeoutError:
                     continue
 
 

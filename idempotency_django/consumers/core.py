@@ -124,6 +124,7 @@ def _failed(
     attempt: int | None,
     error: Exception,
     call: IdempotentCall | None,
+    sender: str = "consumer",
 ) -> Verdict:
     from idempotency_django.consumers import failures as table
 
@@ -136,7 +137,7 @@ def _failed(
     if not rules.exhausted(failures, age):
         logger.info("consumer: handler failed (%d so far): %r", failures, error)
         return Verdict(RETRY, rules.delay(failures), "failed", error=error, failures=failures)
-    return _give_up(using, tenant, key, attempt, error, failures, call)
+    return _give_up(using, tenant, key, attempt, error, failures, call, sender)
 
 
 def _give_up(
@@ -147,6 +148,7 @@ def _give_up(
     error: Exception,
     failures: int,
     call: IdempotentCall | None,
+    sender: str,
 ) -> Verdict:
     if attempt is None:
         from idempotency_django.consumers import failures as table
@@ -158,11 +160,11 @@ def _give_up(
     digest = signals.key_digest(tenant, key)
     uncertain = call is not None and call.derived
     logger.error(
-        "consumer: message [key %s] dead-lettered after %d failures: %r", digest, failures, error
+        "%s: [key %s] dead-lettered after %d failures: %r", sender, digest, failures, error
     )
     signals.send(
         signals.dead_lettered,
-        sender="consumer",
+        sender=sender,
         key_digest=digest,
         attempts=failures,
         error=error,
@@ -173,4 +175,28 @@ def _give_up(
     return Verdict(DEAD_LETTER, outcome="exhausted", error=error, failures=failures)
 
 
-__all__ = ["aconsume", "consume", "current_call"]
+def task_failed(
+    error: Exception, *, scope: str, key: str, tenant: str, database: str | None, max_attempts: int
+) -> bool:
+    """Count an idempotent task's failure (``max_attempts=``): whether to give it up now.
+
+    A database error is never counted (the store is away: the task's own retry
+    comes back). Given up, the dead letter is logged and signalled (``sender`` ``"task"``).
+    """
+    if isinstance(error, UNAVAILABLE_ERRORS):
+        return False
+    using = database or conf.DATABASE
+    stored = namespaced(scope, key)
+    rules = GiveUp(max_attempts=max_attempts)
+    verdict = _failed(using, tenant, stored, rules, None, error, None, sender="task")
+    return verdict.action == DEAD_LETTER
+
+
+def task_succeeded(*, scope: str, key: str, tenant: str, database: str | None) -> None:
+    """Forget a task's failures, in its transaction (``max_attempts=``)."""
+    from idempotency_django.consumers import failures
+
+    failures.forget(database or conf.DATABASE, tenant, namespaced(scope, key))
+
+
+__all__ = ["aconsume", "consume", "current_call", "task_failed", "task_succeeded"]
