@@ -146,3 +146,25 @@ def test_rabbitmq_message_ids() -> None:
     assert rabbit_preset.message_id(Recorder(properties={}), key=lambda m: "k") == "k"
     with pytest.raises(ValueError, match="message_id"):
         rabbit_preset.message_id(Recorder(properties={}))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_preset_runs_the_handler_once_and_settles() -> None:
+    from tests.testapp.models import Charge
+
+    def charge(reference: str) -> int:
+        return Charge.objects.create(reference=reference, amount=1).pk
+
+    for _ in range(2):  # a delivery, then its redelivery
+        msg = AsyncRecorder(headers={"Nats-Msg-Id": "n1"}, data=b"{}")
+        asyncio.run(nats_preset.handle(msg, lambda msg: charge("n1")))
+        assert msg.names() == ["ack"]
+        client = Recorder()
+        redis_preset.handle(client, "s", "g", "1-0", {"id": "r1"}, lambda f: charge("r1"))
+        assert client.names() == ["xack"]
+        message = _amqp_message()
+        rabbit_preset.handle(
+            message, lambda m: charge("a1"), queues=rabbit_preset.queues("q"), producer=Recorder()
+        )
+        assert message.names() == ["ack"]
+    assert sorted(Charge.objects.values_list("reference", flat=True)) == ["a1", "n1", "r1"]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Tags, register
 
 from idempotency_django.deploy_checks import scheduled, warning
 
@@ -28,21 +27,3 @@ def check_relay_scheduled(relay: bool | None) -> list[CheckMessage]:
 @register(Tags.compatibility, deploy=True)
 def check_outbox_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return check_relay_scheduled(scheduled(RELAY_TASK))
-
-
-def check_max_attempts(value: Any) -> list[CheckMessage]:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return []
-    return [
-        Error(
-            f"IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS must be a positive int or None, got {value!r}.",
-            hint="The failed publishes after which a row is dead-lettered, e.g. 20; "
-            "None retries for ever.",
-            id="idempotency_django.E110",
-        )
-    ]
-
-
-@register(Tags.compatibility)
-def check_outbox_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    return check_max_attempts(getattr(settings, "IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS", None))
