@@ -103,7 +103,7 @@ def test_a_poison_message_is_retried_in_place_then_dead_lettered(
     produce(cluster, topic, ("p1", b"poison"), ("e2", b"5"))
     producer = kafka.Producer({"bootstrap.servers": cluster, "log_level": 0})
     consumer = member(cluster, topic, group)
-    outcomes = []
+    outcomes: list[tuple[str, str]] = []
     while len(outcomes) < 2:
         msg = poll(consumer)
         verdict = preset.handle(

@@ -49,7 +49,7 @@ class Streams:
         return bool(pending == 0 and info["lag"] == 0)
 
     def dead_letters(self) -> list[str]:
-        entries = self.client.xrange(f"{self.stream}.dead")
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.client.xrange(f"{self.stream}.dead")  # type: ignore[assignment]
         return [fields[b"id"].decode() for _, fields in entries]
 
     def consumer(self, traces: Path, database: str) -> Any:

@@ -3,7 +3,7 @@ no SQS runs here. Each verdict makes exactly the calls the docs' table says."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -40,7 +40,7 @@ def message(event: str, receipt: str, body: str = "10") -> dict[str, Any]:
     }
 
 
-def charge(msg: dict[str, Any]) -> None:
+def charge(msg: Mapping[str, Any]) -> None:
     event = msg["MessageAttributes"]["message_id"]["StringValue"]
     Charge.objects.create(reference=event, amount=int(msg["Body"]))
 

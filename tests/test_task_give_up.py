@@ -71,7 +71,8 @@ def test_a_celery_task_is_rejected_without_requeue_after_max_attempts(
 ) -> None:
     errors = [celery_charge.apply(args=("r1",), task_id="t-1").result for _ in range(3)]
     assert [type(error) for error in errors] == [Broken, Broken, Reject]
-    assert errors[-1].requeue is False
+    assert isinstance(errors[-1], Reject)
+    assert errors[-1].requeue is False  # type: ignore[attr-defined]
     assert [(d["sender"], d["attempts"]) for d in broken_body] == [("task", 3)]
     assert not ConsumerFailure.objects.exists()
     assert not IdempotencyEntry.objects.exists()  # its key is free
@@ -105,4 +106,4 @@ def test_a_django_task_is_dead_lettered_after_max_attempts(
 @pytest.mark.parametrize("value", [0, -1, True, 1.5])
 def test_a_wrong_max_attempts_fails_when_decorating(value: object) -> None:
     with pytest.raises(ValueError, match="max_attempts"):
-        celery_task(max_attempts=value)
+        celery_task(max_attempts=value)  # type: ignore[call-overload]
