@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from idempotency_django.consumers import Verdict
 from idempotency_django.consumers import nats as nats_preset
@@ -167,3 +169,4 @@ def test_each_preset_runs_the_handler_once_and_settles() -> None:
         )
         assert message.names() == ["ack"]
     assert sorted(Charge.objects.values_list("reference", flat=True)) == ["a1", "n1", "r1"]
+    asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open

@@ -10,7 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from asgiref.sync import sync_to_async
+from django.db import OperationalError, connections
 
 from idempotency_django import consumers, signals
 from idempotency_django.consumers import GiveUp, Verdict, aconsume, consume, current_call
@@ -211,8 +212,10 @@ def test_two_first_failures_at_once_count_two(monkeypatch: pytest.MonkeyPatch) -
     assert failures.count("default", "", "consumer\x1fm", Poison())[0] == 2
 
 
+@pytest.mark.django_db(transaction=True)  # the thread's connection commits for real
 def test_aconsume_runs_the_handler_in_a_thread() -> None:
     verdict = asyncio.run(aconsume("m", lambda: charge("m")))
+    asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open
     assert verdict == Verdict("ack", outcome="executed", result=verdict.result)
 
 
