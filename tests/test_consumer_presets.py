@@ -170,3 +170,16 @@ def test_each_preset_runs_the_handler_once_and_settles() -> None:
         assert message.names() == ["ack"]
     assert sorted(Charge.objects.values_list("reference", flat=True)) == ["a1", "n1", "r1"]
     asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open
+
+
+def test_kafka_message_ids_and_an_undelivered_dead_letter() -> None:
+    from idempotency_django.consumers import kafka as kafka_preset
+
+    msg = Recorder(headers=lambda: [("message_id", "m")], value=lambda: b"{}", key=lambda: None)
+    assert kafka_preset.message_id(msg) == "m"
+    assert kafka_preset.message_id(msg, key=lambda msg: "k") == "k"
+    stuck = Recorder(flush=lambda timeout: 1)  # one message still queued
+    consumer = Recorder()
+    with pytest.raises(RuntimeError, match="not delivered"):
+        kafka_preset.settle(consumer, msg, DEAD, producer=stuck, dead_letter_topic="dead")
+    assert consumer.calls == []  # its offset stays: the message comes back

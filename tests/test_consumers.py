@@ -181,7 +181,16 @@ def test_a_dead_letter_whose_count_cannot_be_cleared_is_still_a_dead_letter(
         raise OperationalError("gone")
 
     monkeypatch.setattr(failures, "forget", away)
-    assert consume("m", poison, policy=GiveUp(max_attempts=1), attempt=1).action == "dead_letter"
+    assert consume("m", poison, policy=GiveUp(max_attempts=1)).action == "dead_letter"
+
+
+def test_a_task_failing_on_the_database_is_never_counted() -> None:
+    from idempotency_django.consumers.core import task_failed
+
+    gone = OperationalError("gone")
+    options: dict[str, Any] = {"scope": "t", "key": "k", "tenant": "", "database": None}
+    assert task_failed(gone, max_attempts=1, **options) is False
+    assert not ConsumerFailure.objects.exists()
 
 
 def test_held_by_another_is_a_retry_after_its_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:

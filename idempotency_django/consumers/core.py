@@ -103,8 +103,9 @@ def _run(call: IdempotentCall, handler: Callable[[], Any]) -> Any:
 
 
 def _reconnect_if_broken(using: str) -> None:
-    # A long-running consumer has no request boundary to drop a connection that an
-    # outage broke: without this it would fail ("connection already closed") for ever.
+    # A long-running consumer has no request boundary at which Django drops a
+    # connection an outage broke (its atomic() closes one whose rollback failed, not
+    # one that broke between transactions): drop it here, before claiming.
     conn = connections[using]
     if not conn.in_atomic_block:
         conn.close_if_unusable_or_obsolete()
