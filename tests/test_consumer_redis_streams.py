@@ -5,7 +5,6 @@ outage mid-stream, a poison message)."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,8 @@ import pytest
 from tests import consumer_harness as harness
 from tests.celery_harness import database_url
 from tests.conftest import reachable, service_missing
+from tests.settings import REDIS_URL
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 pytestmark = [
     pytest.mark.requires_postgres,
     pytest.mark.system,
