@@ -107,3 +107,32 @@ def test_a_django_task_is_dead_lettered_after_max_attempts(
 def test_a_wrong_max_attempts_fails_when_decorating(value: object) -> None:
     with pytest.raises(ValueError, match="max_attempts"):
         celery_task(max_attempts=value)  # type: ignore[call-overload]
+
+
+ran: list[str] = []
+
+
+@app.task(bind=True, name="give_up.on_order", acks_late=True)
+def on_order(self: Task[Any, Any], event_id: str) -> Any:
+    from idempotency_django.consumers import GiveUp
+    from idempotency_django.consumers import celery as preset
+
+    def work() -> str:
+        ran.append(event_id)
+        return _charge(event_id)
+
+    return preset.handle(self, event_id, work, policy=GiveUp(max_attempts=3, backoff=0))
+
+
+def test_the_celery_preset_retries_then_dead_letters_a_poison_message(
+    broken_body: list[dict[str, Any]],
+) -> None:
+    ran.clear()
+    # Under apply() a retry runs again at once: one call shows the whole life.
+    assert isinstance(on_order.apply(args=("o1",), task_id="t-o1").result, Reject)
+    assert ran == ["o1", "o1", "o1"]
+    assert [(d["sender"], d["attempts"]) for d in broken_body] == [("consumer", 3)]
+    broken["yes"] = False
+    assert on_order.apply(args=("o1",), task_id="t-o1").result == "o1"
+    assert on_order.apply(args=("o1",), task_id="t-o2").result == "o1"  # replayed
+    assert ran == ["o1", "o1", "o1", "o1"]
