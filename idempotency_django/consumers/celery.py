@@ -34,4 +34,4 @@ def handle(task: Any, message_id: str, handler: Callable[[], Any], **options: An
         return verdict.result
     if verdict.action == RETRY:
         raise task.retry(countdown=verdict.delay, exc=verdict.error, max_retries=None)
-    raise Reject(verdict.error, requeue=False)
+    raise Reject(repr(verdict.error), requeue=False)
