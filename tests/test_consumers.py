@@ -253,3 +253,21 @@ def test_the_package_names_its_exports() -> None:
     with pytest.raises(AttributeError):
         consumers.nothing  # noqa: B018
     assert str(ConsumerFailure(key="k", failures=2)) == "'k': 2 failure(s)"
+
+
+def test_the_purge_deletes_counts_not_seen_for_the_ttl() -> None:
+    from idempotency_django import purge
+
+    for key in ("old-1", "old-2", "old-3"):
+        consume(key, poison, policy=FAST)
+    consume("fresh", poison, policy=FAST)
+    ConsumerFailure.objects.exclude(key__endswith="fresh").update(
+        first_failed_at="2000-01-01T00:00:00Z"
+    )
+    from idempotency_django.consumers.failures import purge_stale
+
+    assert purge_stale("default", batch_size=2) == 3
+    assert [row.key for row in ConsumerFailure.objects.all()] == ["consumer\x1ffresh"]
+    ConsumerFailure.objects.update(first_failed_at="2000-01-01T00:00:00Z")
+    purge.purge()  # the entries' purge runs this step too
+    assert not ConsumerFailure.objects.exists()

@@ -38,3 +38,18 @@ def count(using: str, tenant: str, key: str, error: BaseException) -> tuple[int,
 def forget(using: str, tenant: str, key: str) -> None:
     """Drop the count: the message is done (in its transaction) or given up on."""
     ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key).delete()
+
+
+def purge_stale(using: str, batch_size: int) -> int:
+    """Delete counts whose first failure is older than ``IDEMPOTENCY_TTL``, a batch at a time."""
+    from idempotency_django.conf import conf
+
+    cutoff = ExpressionWrapper(Now() - conf.TTL, output_field=DateTimeField())
+    rows = ConsumerFailure.objects.using(using)
+    stale = rows.filter(first_failed_at__lt=cutoff).values_list("pk", flat=True)
+    deleted = 0
+    while batch := list(stale[:batch_size]):
+        deleted += rows.filter(pk__in=batch).delete()[0]
+        if len(batch) < batch_size:
+            break
+    return deleted
