@@ -42,11 +42,15 @@ class IdempotentCall:
     scope: str
     replayed: bool = False
     result: Any = None
+    #: Whether the body derived a key for an outside service: if it then fails, that
+    #: service may have acted (an uncertain outcome, see :mod:`.consumers`).
+    derived: bool = False
     _namespaced: str = field(default="", repr=False)
     _using: str | None = field(default=None, repr=False)
 
     def derive(self, namespace: str) -> str:
         """A key for an outside service: stable per (scope, tenant, key, namespace)."""
+        self.derived = True
         return derive_key(self.tenant, self._namespaced, namespace, self._using)
 
 

@@ -63,6 +63,7 @@ def idempotent_task(
     protocol: str | None = None,
     wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
+    max_attempts: int | None = None,
 ) -> Callable[[TaskFunc], TaskFunc]: ...
 
 
@@ -111,6 +112,15 @@ def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:
             return _in_progress(task, exc, policy)
         except StoreUnavailable as exc:
             raise _store_unavailable(task, exc) from exc
+        except (Ignore, Reject):
+            raise
+        except Exception as exc:
+            tenant = policy.tenant(*call_args, **kwargs) if policy.tenant else ""
+            if policy.gives_up(exc, task.name, key, tenant):
+                # Dead-lettered: never requeued (RabbitMQ routes it to the queue's
+                # dead-letter exchange, if it has one); the task's state is FAILURE.
+                raise Reject(exc, requeue=False) from exc
+            raise
 
     return run  # type: ignore[return-value]
 
@@ -151,6 +161,7 @@ def _run_once(
             logger.debug("idempotent task %s replayed its stored result", task.name)
             return call.result
         call.result = fn(*args, **kwargs)
+        policy.succeeded(task.name, key, tenant)
         return call.result
 
 

@@ -465,6 +465,17 @@ def _engine(alias: Any) -> str:
     return str(settings.DATABASES[alias].get("ENGINE", ""))
 
 
+def check_outbox_max_attempts(value: Any) -> list[CheckMessage]:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return []
+    return _error(
+        "E110",
+        f"IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS must be a positive int or None, got {value!r}.",
+        "The failed publishes after which an outbox row is dead-lettered, e.g. 20; "
+        "None retries for ever.",
+    )
+
+
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_HEADER", check_header),
     ("IDEMPOTENCY_REQUIRED", check_required),
@@ -483,6 +494,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_ENCRYPTION_KEYS", check_encryption_keys),
     ("IDEMPOTENCY_MAX_STORED_BYTES", check_max_stored_bytes),
     ("IDEMPOTENCY_REDACT", check_redact),
+    ("IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS", check_outbox_max_attempts),
 )
 
 

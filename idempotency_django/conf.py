@@ -19,6 +19,8 @@ DEFAULT_IDLE_TIMEOUT = timedelta(minutes=5)
 DEFAULT_KEY_MAX_LENGTH = 255
 DEFAULT_MAX_STORED_BYTES = 1024 * 1024
 DEFAULT_ENCRYPTION_KEYS = ("server-secret",)
+#: About two hours of a broker refusing every publish, at the outbox's backoff.
+DEFAULT_OUTBOX_MAX_ATTEMPTS = 20
 DEFAULT_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
 # Bounds: an expiry a century away stays inside every database's date range (SQLite
 # turns one past 9999 into NULL); PostgreSQL takes lock and idle timeouts as int ms.
@@ -115,6 +117,12 @@ class Settings:
     @property
     def ERROR_FORMAT(self) -> str:
         return str(getattr(settings, "IDEMPOTENCY_DRF_ERROR_FORMAT", "problem"))
+
+    @property
+    def OUTBOX_MAX_ATTEMPTS(self) -> int | None:
+        """Failed publishes after which an outbox row is dead-lettered; ``None``: never."""
+        value = getattr(settings, "IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS", DEFAULT_OUTBOX_MAX_ATTEMPTS)
+        return None if value is None else int(value)
 
     @property
     def PREPARED_STATEMENTS(self) -> bool | None:

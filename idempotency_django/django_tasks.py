@@ -81,6 +81,7 @@ def idempotent_task(
     protocol: str | None = None,
     wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
+    max_attempts: int | None = None,
 ) -> Callable[[TaskFunc], TaskFunc]: ...
 
 
@@ -140,9 +141,15 @@ def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:
                     logger.info("idempotent task %s [%s] replayed its stored result", scope, key)
                 else:
                     call.result = fn(*args, **kwargs)
+                    policy.succeeded(scope, key, tenant)
             return call.result
         except RequestInProgress as exc:
             return _in_progress(_task(context, scope), exc, policy, key, (call_args, kwargs))
+        except Exception as exc:
+            # Given up (max_attempts): logged and signalled as a dead letter; the task
+            # fails as it would (django.tasks has no dead-letter queue of its own).
+            policy.gives_up(exc, scope, key, tenant)
+            raise
 
     setattr(run, MARKER, True)
     return run  # type: ignore[return-value]

@@ -302,14 +302,17 @@ def _claim_or_take_over(proto: ModuleType, target: Target, look: Callable[[], Fo
         taken = proto.take_over(target)
         if taken is not None and found.response is None:
             # Only once committed: under "lock" a rolled-back view undoes the takeover.
-            transaction.on_commit(lambda: _reclaimed(target.using), using=target.using)
+            transaction.on_commit(lambda: _reclaimed(target), using=target.using)
         return taken if isinstance(taken, Claim) else None
     return found
 
 
-def _reclaimed(using: str) -> None:
+def _reclaimed(target: Target) -> None:
     signals.send(
-        signals.entry_reclaimed, sender="takeover", how="takeover", count=1, database=using
+        signals.entry_reclaimed, sender="takeover", how="takeover", count=1, database=target.using
+    )
+    signals.uncertain(
+        "takeover", target.using, key_digest=signals.key_digest(target.tenant, target.key)
     )
 
 

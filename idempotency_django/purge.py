@@ -106,6 +106,7 @@ def _report(alias: str, result: PurgeResult, seconds: float) -> None:
             count=result.abandoned,
             database=alias,
         )
+        signals.uncertain("purge", alias, count=result.abandoned)
     signals.send(
         signals.purge_finished,
         sender="purge",
@@ -135,6 +136,7 @@ def release(ids: Iterable[int], using: str | None = None, now: datetime | None =
             count=released,
             database=conn.alias,
         )
+        signals.uncertain("admin", conn.alias, count=released)
     return released
 
 

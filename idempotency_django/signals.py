@@ -215,3 +215,36 @@ class Observation:
 outbox_published = Signal()
 #: One per failed publish: ``task``, ``attempts`` (this one included), ``error`` (the exception).
 outbox_failed = Signal()
+
+
+# Giving up and uncertain outcomes (``idempotency_django.consumers``, the outbox, tasks).
+#: One per message, outbox row or task given up on: ``sender`` ``"consumer"``, ``"outbox"``
+#: or ``"task"``; ``key_digest``; ``attempts`` (failures counted); ``error`` (the last one);
+#: ``uncertain`` (its handler may have called an outside service before failing).
+dead_lettered = Signal()
+#: One per execution whose outcome outside the database nobody knows: a claim taken over
+#: (``how`` ``"takeover"``, ``"purge"``, ``"admin"``: its holder may have called a payment
+#: provider before it died), or a dead letter whose handler derived a key (``"dead_letter"``).
+#: Also ``count``, ``database`` and ``key_digest`` (``None`` for a batch). Reconcile with the
+#: outside system (ask it by the derived key) before the work runs again.
+outcome_uncertain = Signal()
+
+
+def uncertain(how: str, database: str, count: int = 1, key_digest: str | None = None) -> None:
+    """Log and send :data:`outcome_uncertain` (one warning line an operator can alert on)."""
+    logger.warning(
+        "idempotency: uncertain outcome (%s) on %r: %d execution(s)%s may have reached an "
+        "outside service before they stopped; reconcile before they run again",
+        how,
+        database,
+        count,
+        f" [key {key_digest}]" if key_digest else "",
+    )
+    send(
+        outcome_uncertain,
+        sender=how,
+        how=how,
+        count=count,
+        database=database,
+        key_digest=key_digest,
+    )

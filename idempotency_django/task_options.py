@@ -33,6 +33,7 @@ class TaskPolicy:
         protocol: str | None = None,
         wait: float | timedelta | None = None,
         serializer: Serializer | None = None,
+        max_attempts: int | None = None,
     ) -> None:
         if on_in_progress not in ON_IN_PROGRESS:
             raise ValueError(
@@ -52,6 +53,15 @@ class TaskPolicy:
                     f"got {countdown!r}."
                 ) from None
         check_options("idempotent_task", ttl=ttl, wait=wait, protocol=protocol)
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise ValueError(
+                f"idempotent_task(max_attempts=...) takes a positive int, got {max_attempts!r}."
+            )
+        # Failures after which a delivery is given up on (dead-lettered), counted in the
+        # consumers app's table: None leaves retries to the task's own settings.
+        self.max_attempts = max_attempts
         self.key, self.tenant = key, tenant
         self.on_in_progress, self.countdown = on_in_progress, countdown
         # What idempotent_call takes.
@@ -62,3 +72,30 @@ class TaskPolicy:
             "wait": wait,
             "serializer": serializer,
         }
+
+    def succeeded(self, scope: str, key: str, tenant: str) -> None:
+        """In the body's transaction: forget its failures (``max_attempts``)."""
+        if self.max_attempts is not None:
+            from idempotency_django.consumers.core import task_succeeded
+
+            task_succeeded(scope=scope, key=key, tenant=tenant, database=self._database)
+
+    def gives_up(self, error: Exception, scope: str, key: str, tenant: str) -> bool:
+        """Count the body's failure; whether ``max_attempts`` says to dead-letter it now."""
+        if self.max_attempts is None:
+            return False
+        from idempotency_django.consumers.core import task_failed
+
+        return task_failed(
+            error,
+            scope=scope,
+            key=key,
+            tenant=tenant,
+            database=self._database,
+            max_attempts=self.max_attempts,
+        )
+
+    @property
+    def _database(self) -> str | None:
+        database: str | None = self.call_options["database"]
+        return database

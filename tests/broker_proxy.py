@@ -59,3 +59,71 @@ class SwallowingProxy:
                     self.swallowed += 1
                     continue
                 target.sendall(data)
+
+
+class CuttableProxy:
+    """A TCP proxy to a server (PostgreSQL) that the test can cut and restore.
+
+    Cut, it closes every connection it carries and closes each new one at once:
+    to its clients the server is down, while the server itself (shared by other
+    suites) keeps running.
+    """
+
+    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.cut_off = threading.Event()
+        self.refused = 0  # connections closed at once while cut
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        self.cut_off.set()
+        self._drop_all()
+
+    def restore(self) -> None:
+        self.cut_off.clear()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._drop_all()
+        self._listener.close()
+
+    def _drop_all(self) -> None:
+        with self._lock:
+            carried, self._sockets = self._sockets, []
+        for sock in carried:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            if self.cut_off.is_set():
+                self.refused += 1
+                client.close()
+                continue
+            upstream = socket.create_connection(self.upstream, timeout=5)
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    with suppress(OSError):
+        while data := source.recv(65536):
+            target.sendall(data)
+    for sock in (source, target):
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)

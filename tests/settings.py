@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "ninja",
     "idempotency_django",
     "idempotency_django.outbox",
+    "idempotency_django.consumers",
     "tests.testapp",
     # The sample's app, so that mypy (which reads these settings) knows its models.
     "sample_project.payments",

@@ -1,10 +1,12 @@
-"""A read-only list of outbox rows, headed by the numbers an operator watches."""
+"""A read-only list of outbox rows, headed by the numbers an operator watches; dead
+letters (rows given up on) can be sent again, their key unchanged, or discarded."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django.admin import DatabaseFilter, listed_alias
@@ -17,13 +19,20 @@ class PendingFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("pending", "pending"), ("failing", "failing"), ("sent", "sent")]
+        return [
+            ("pending", "pending"),
+            ("failing", "failing"),
+            ("dead", "dead letter"),
+            ("sent", "sent"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         if self.value() == "pending":
-            return queryset.filter(sent_at__isnull=True)
+            return queryset.filter(sent_at__isnull=True, dead_at__isnull=True)
         if self.value() == "failing":
-            return queryset.filter(sent_at__isnull=True, failures__gt=0)
+            return queryset.filter(sent_at__isnull=True, dead_at__isnull=True, failures__gt=0)
+        if self.value() == "dead":
+            return queryset.filter(sent_at__isnull=True, dead_at__isnull=False)
         if self.value() == "sent":
             return queryset.filter(sent_at__isnull=False)
         return queryset
@@ -31,10 +40,20 @@ class PendingFilter(admin.SimpleListFilter):
 
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("task", "key", "created_at", "sent_at", "attempts", "failures", "last_error")
+    list_display = (
+        "task",
+        "key",
+        "created_at",
+        "sent_at",
+        "dead_at",
+        "attempts",
+        "failures",
+        "last_error",
+    )
     list_filter = (PendingFilter, "task", DatabaseFilter)
     search_fields = ("key", "task")
     date_hierarchy = "created_at"
+    actions = ("send_again", "discard")
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).using(listed_alias(request, OutboxMessage))
@@ -56,3 +75,26 @@ class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "outbox_stats": delivery.stats(listed_alias(request, OutboxMessage)),
         }
         return super().changelist_view(request, extra_context=extra)
+
+    def has_send_again_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("idempotency_outbox.change_outboxmessage")
+
+    def has_discard_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("idempotency_outbox.delete_outboxmessage")
+
+    @admin.action(description="Send dead letters again (same key)", permissions=["send_again"])
+    def send_again(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        chosen = list(queryset.values_list("pk", flat=True))
+        done = delivery.send_again(chosen, using=queryset.db)
+        self._report(request, "sent again (the relay publishes them)", done, len(chosen))
+
+    @admin.action(description="Discard dead letters", permissions=["discard"])
+    def discard(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        chosen = list(queryset.values_list("pk", flat=True))
+        done = delivery.discard(chosen, using=queryset.db)
+        self._report(request, "discarded", done, len(chosen))
+
+    def _report(self, request: HttpRequest, what: str, done: int, chosen: int) -> None:
+        skipped = f"; {chosen - done} skipped (not dead letters)" if chosen - done else ""
+        level = messages.SUCCESS if done else messages.WARNING
+        self.message_user(request, f"{done} dead letter(s) {what}{skipped}.", level)

@@ -132,7 +132,7 @@ def _locked(using: str) -> Any:
     return (
         OutboxMessage.objects.using(using)
         .select_for_update(skip_locked=True)
-        .filter(sent_at__isnull=True)
+        .filter(sent_at__isnull=True, dead_at__isnull=True)
     )
 
 
@@ -161,38 +161,88 @@ def _deliver(row: OutboxMessage, using: str, publisher: Publisher, how: str) -> 
 def _mark_failed(row: OutboxMessage, using: str, exc: Exception) -> None:
     logger.warning("outbox: publishing %s failed: %r", row.task, exc)
     delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(row.failures, 16))
+    exhausted = _exhausted(row.failures + 1)
     OutboxMessage.objects.using(using).filter(pk=row.pk).update(
         attempts=F("attempts") + 1,
         failures=F("failures") + 1,
         last_error=repr(exc)[:2000],
         next_attempt_at=ExpressionWrapper(Now() + delay, output_field=DateTimeField()),
+        dead_at=Now() if exhausted else None,
     )
+    if exhausted:
+        transaction.on_commit(lambda: _dead_lettered(row, exc), using=using)
+
+
+def _exhausted(failures: int) -> bool:
+    cap = conf.OUTBOX_MAX_ATTEMPTS
+    return cap is not None and failures >= cap
+
+
+def _dead_lettered(row: OutboxMessage, exc: Exception) -> None:
+    digest = signals.key_digest("", row.key)
+    logger.error(
+        "outbox: %s [key %s] dead-lettered after %d failed publishes (last: %r); "
+        "send it again or discard it in the admin",
+        row.task,
+        digest,
+        row.failures + 1,
+        exc,
+    )
+    signals.send(
+        signals.dead_lettered,
+        sender="outbox",
+        key_digest=digest,
+        attempts=row.failures + 1,
+        error=exc,
+        uncertain=False,  # never published: no consumer ran it
+    )
+
+
+def send_again(pks: list[int], using: str | None = None) -> int:
+    """Put dead-lettered rows back for the relay, due now, their key unchanged; the count."""
+    return (
+        OutboxMessage.objects.using(using or default_alias())
+        .filter(pk__in=pks, dead_at__isnull=False, sent_at__isnull=True)
+        .update(dead_at=None, failures=0, next_attempt_at=Now())
+    )
+
+
+def discard(pks: list[int], using: str | None = None) -> int:
+    """Delete dead-lettered rows (never published): the count."""
+    rows = OutboxMessage.objects.using(using or default_alias())
+    return int(rows.filter(pk__in=pks, dead_at__isnull=False).delete()[0])
 
 
 @dataclass(frozen=True)
 class OutboxStats:
     """What an operator watches: a growing ``pending`` or ``oldest_pending_seconds`` means
-    the broker or the relay is down; ``failing`` counts pending rows whose last publish failed."""
+    the broker or the relay is down; ``failing`` counts pending rows whose last publish failed;
+    ``dead`` the rows given up on (``IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS``), waiting for an operator."""
 
     pending: int
     oldest_pending_seconds: float
     failing: int
     failures: int
+    dead: int = 0
 
 
 def stats(using: str | None = None) -> OutboxStats:
     """Pending rows, the oldest one's age (database clock), rows failing, failed publishes."""
     alias = using or default_alias()
-    pending = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
-    found = pending.aggregate(
-        pending=Count("pk"),
-        failing=Count("pk", filter=Q(failures__gt=0)),
-        failures=Sum("failures"),
+    unsent = OutboxMessage.objects.using(alias).filter(sent_at__isnull=True)
+    alive = Q(dead_at__isnull=True)
+    found = unsent.aggregate(
+        pending=Count("pk", filter=alive),
+        failing=Count("pk", filter=alive & Q(failures__gt=0)),
+        failures=Sum("failures", filter=alive),
+        dead=Count("pk", filter=~alive),
     )
     oldest = 0.0
     if found["pending"]:
-        oldest = _oldest_age(pending)
-    return OutboxStats(found["pending"], oldest, found["failing"], found["failures"] or 0)
+        oldest = _oldest_age(unsent.filter(alive))
+    return OutboxStats(
+        found["pending"], oldest, found["failing"], found["failures"] or 0, found["dead"]
+    )
 
 
 def _oldest_age(pending: Any) -> float:

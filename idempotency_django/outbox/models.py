@@ -23,6 +23,9 @@ class OutboxMessage(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    # Set when its publishes failed IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS times: the relay
+    # leaves it alone until an operator sends it again (or discards it) in the admin.
+    dead_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "outbox message"

@@ -37,6 +37,11 @@ GAUGES = (
         "Failed publishes recorded on the unpublished outbox rows.",
         "failures",
     ),
+    (
+        "idempotency_outbox_dead",
+        "Outbox rows dead-lettered (IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS), awaiting an operator.",
+        "dead",
+    ),
 )
 
 
