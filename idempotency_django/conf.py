@@ -127,6 +127,11 @@ class Settings:
         value = getattr(settings, "IDEMPOTENCY_PREPARED_STATEMENTS", None)
         return None if value is None else bool(value)
 
+    @property
+    def CONFORMANCE_HOOKS(self) -> bool:
+        """Whether ``conformance_hooks`` obey their request headers (never in production)."""
+        return getattr(settings, "IDEMPOTENCY_CONFORMANCE_HOOKS", False) is True
+
 
 conf = Settings()
 
