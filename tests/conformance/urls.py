@@ -23,6 +23,7 @@ toys: list[URLPattern | URLResolver] = [
     path("toys/final-4xx-not-stored/", views.final_4xx_not_stored),
     path("toys/waits-when-in-flight/", views.waits_when_in_flight),
     path("toys/check-then-act/", views.check_then_act),
+    path("toys/drops-key/", views.drops_key),
 ]
 
 urlpatterns: list[URLPattern | URLResolver] = [*protected, *toys]

@@ -222,8 +222,8 @@ waits_when_in_flight = csrf_exempt(idempotent(wait=30)(conformance_hooks(create)
 class _NaiveStore:
     """Check, then act: two duplicates that both miss the check both run (the storm's prey).
 
-    The barrier makes the race certain: a request that missed waits (bounded) for a
-    second one of the same key to have missed too.
+    The barrier makes the race all but certain: a request that missed waits (up to a
+    second, so that lone requests go on) for another one of the same key to miss too.
     """
 
     def __init__(self) -> None:
@@ -233,7 +233,7 @@ class _NaiveStore:
 
     def barrier(self, key: str) -> threading.Barrier:
         with self.lock:
-            return self.barriers.setdefault(key, threading.Barrier(2, timeout=5))
+            return self.barriers.setdefault(key, threading.Barrier(2, timeout=1))
 
 
 _naive = _NaiveStore()
@@ -266,3 +266,13 @@ def _replay(response: HttpResponse) -> HttpResponse:
     replay = HttpResponse(response.content, status=response.status_code, content_type="application/json")
     replay["Idempotent-Replayed"] = "true"
     return replay
+
+
+_protected_create = idempotent(create)
+
+
+@csrf_exempt
+def drops_key(request: HttpRequest) -> HttpResponse:
+    """A proxy in front that drops ``Idempotency-Key``: the protection never sees one."""
+    request.META.pop("HTTP_IDEMPOTENCY_KEY", None)
+    return _protected_create(request)
