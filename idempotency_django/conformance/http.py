@@ -30,12 +30,17 @@ class HttpTransport:
         self.has_other_caller = bool(other_headers)
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         self._main = httpx.Client(headers=dict(headers), timeout=timeout, limits=limits)
-        self._other = httpx.Client(headers=dict(other_headers or {}), timeout=timeout, limits=limits)
+        self._other = httpx.Client(
+            headers=dict(other_headers or {}), timeout=timeout, limits=limits
+        )
 
-    def send(self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False) -> Answer:
+    def send(
+        self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False
+    ) -> Answer:
         client = self._other if other else self._main
         try:
-            response = client.post(self.url, content=body, headers=dict(headers))
+            encoded = {name.encode(): _bytes(value) for name, value in headers.items()}
+            response = client.post(self.url, content=body, headers=encoded)
         except httpx.HTTPError as error:
             return Answer(0, {}, b"", f"{type(error).__name__}: {error}")
         found = {name.lower(): value for name, value in response.headers.items()}
@@ -44,3 +49,8 @@ class HttpTransport:
     def close(self) -> None:
         self._main.close()
         self._other.close()
+
+
+def _bytes(value: str | bytes) -> bytes:
+    # A non-ASCII key is sent as its UTF-8 bytes, as a misbehaving client would.
+    return value if isinstance(value, bytes) else value.encode("latin-1")

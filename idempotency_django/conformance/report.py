@@ -21,7 +21,9 @@ def table(results: Sequence[Result], width: int = 100) -> str:
         lines.append(f"{MARKS[result.verdict]:7}  {result.name:{name_width}}  {result.requests:8}")
         shown = result.evidence if result.verdict == FAIL else result.evidence[-2:-1]
         for line in shown:
-            lines += textwrap.wrap(line, width, initial_indent="         ", subsequent_indent="           ")
+            lines += textwrap.wrap(
+                line, width, initial_indent="         ", subsequent_indent="           "
+            )
     passed = sum(r.verdict == "pass" for r in results)
     failed = sum(r.verdict == FAIL for r in results)
     lines.append(f"{passed} passed, {failed} failed, {len(results) - passed - failed} not run")

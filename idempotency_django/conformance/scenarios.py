@@ -68,11 +68,20 @@ class Answer:
 class Transport(Protocol):
     """How scenarios reach the endpoint: one POST, with the caller's credentials added."""
 
-    concurrent: bool  # may requests be sent from several threads at once
-    has_other_caller: bool
-    in_process: bool  # the endpoint's hooks run in this process (hold by event, not time)
+    @property
+    def concurrent(self) -> bool:
+        """May requests be sent from several threads at once."""
 
-    def send(self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False) -> Answer:
+    @property
+    def has_other_caller(self) -> bool: ...
+
+    @property
+    def in_process(self) -> bool:
+        """Do the endpoint's hooks run in this process (a hold is released by event, not time)."""
+
+    def send(
+        self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False
+    ) -> Answer:
         """POST ``body`` with ``headers`` as the main caller (or the other one)."""
         ...
 
@@ -276,19 +285,19 @@ def bad_key(key: str | bytes | None, what: str) -> Callable[[Run], None]:
         _, _, after_id = run.create()
         _, _, last_id = run.create()
         run.note(f"ids around it: {before_id!r}, then {after_id!r}, {last_id!r}")
-        if all(isinstance(i, int) for i in (before_id, after_id, last_id)):
-            if after_id - before_id != last_id - after_id:
-                raise Failed(
-                    f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): "
-                    "something was created in between (or another client wrote meanwhile)"
-                )
+        ids = (before_id, after_id, last_id)
+        if all(isinstance(i, int) for i in ids) and after_id - before_id != last_id - after_id:
+            raise Failed(
+                f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): "
+                "something was created in between (or another client wrote meanwhile)"
+            )
 
     scenario.__doc__ = f"{what}: 400 problem+json and nothing runs."
     return scenario
 
 
 def storm(run: Run) -> None:
-    """N keys × M concurrent duplicates: one execution per key; replays or 409 otherwise."""
+    """N keys x M concurrent duplicates: one execution per key; replays or 409 otherwise."""
     opts = run.options
     keys = [new_key() for _ in range(opts.storm_keys)]
     jobs = [key for key in keys for _ in range(opts.storm_duplicates)]
@@ -330,7 +339,9 @@ def _judge_key(run: Run, key: str, answers: list[Answer]) -> int:
     """The number of fresh executions for ``key`` (0 or 1); :class:`Failed` otherwise."""
     ids = {run.ident(a) for a in answers if 200 <= a.status < 300} - {None}
     if len(ids) > 1:
-        raise Failed(f"key {key}: {len(ids)} different ids {sorted(map(repr, ids))}: executed twice")
+        raise Failed(
+            f"key {key}: {len(ids)} different ids {sorted(map(repr, ids))}: executed twice"
+        )
     fresh = [a for a in answers if 200 <= a.status < 300 and not a.replayed]
     if len(fresh) > 1:
         raise Failed(f"key {key}: {len(fresh)} fresh answers, none of them a replay")
@@ -466,7 +477,9 @@ def _in_flight_by_time(run: Run) -> None:
     for _ in range(3):
         key = new_key()
         with ThreadPoolExecutor(2, thread_name_prefix="conformance-hold") as pool:
-            answers = list(pool.map(lambda k: run.post(k, extra={HOLD_HEADER: seconds}), [key, key]))
+            answers = list(
+                pool.map(lambda k: run.post(k, extra={HOLD_HEADER: seconds}), [key, key])
+            )
         if any(a.status == 409 for a in answers):
             first, second = sorted(answers, key=lambda a: a.status == 409)
             _judge_in_flight(run, key, first, second)

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -75,7 +74,12 @@ def test_a_broken_endpoint_fails_and_exits_1(
 
 def test_the_module_runs_as_a_command(http_server: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "idempotency_django.conformance", f"{http_server}/toys/unprotected/"],
+        [
+            sys.executable,
+            "-m",
+            "idempotency_django.conformance",
+            f"{http_server}/toys/unprotected/",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -104,7 +108,11 @@ def test_the_other_hints_name_their_cause() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["http://x/", "--header", "no colon"], ["http://x/", "--body", "[1]"], ["http://x/", "--body", "{"]],
+    [
+        ["http://x/", "--header", "no colon"],
+        ["http://x/", "--body", "[1]"],
+        ["http://x/", "--body", "{"],
+    ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:

@@ -50,9 +50,9 @@ BROKEN = [
 def test_protected_endpoints_pass_every_scenario(path: str, callers: tuple[Client, Client]) -> None:
     first, second = callers
     results = assert_conformance(first, path, other_client=second, executions=executions)
-    assert {r.name: r.verdict for r in results} == dict.fromkeys(
-        [r.name for r in results], PASS
-    ), results
+    assert {r.name: r.verdict for r in results} == dict.fromkeys([r.name for r in results], PASS), (
+        results
+    )
 
 
 @pytest.mark.parametrize(("path", "scenario", "counted"), BROKEN)
@@ -91,6 +91,8 @@ def test_a_refusal_before_the_protection_is_not_judged_a_final_4xx(
 ) -> None:
     settings.IDEMPOTENCY_CONFORMANCE_HOOKS = False  # type: ignore[attr-defined]
     # Ninja validates the body before the protected operation runs: nothing is stored.
-    (result,) = run_conformance(callers[0], "/conformance/ninja/charges", only=["final-4xx-replayed"])
+    (result,) = run_conformance(
+        callers[0], "/conformance/ninja/charges", only=["final-4xx-replayed"]
+    )
     assert result.verdict == NOT_RUN, result
     assert "before the protection" in result.evidence[-2]

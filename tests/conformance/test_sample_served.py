@@ -102,7 +102,12 @@ def test_the_served_sample_passes(
     out = tmp_path / "results.json"
     argv = [url + path, "--json", str(out)]
     if mine and theirs:
-        argv += ["--header", mine.format(tokens[0]), "--other-caller-header", theirs.format(tokens[1])]
+        argv += [
+            "--header",
+            mine.format(tokens[0]),
+            "--other-caller-header",
+            theirs.format(tokens[1]),
+        ]
     status = main(argv)
     verdicts = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
     assert status == 0, verdicts

@@ -9,9 +9,11 @@ guarding that rule is the one that must fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable
+
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
@@ -117,7 +119,9 @@ async def ninja_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[
 unprotected = csrf_exempt(conformance_hooks(create))
 """No protection at all (but the hooks): every retry runs again."""
 
-shared_tenant = csrf_exempt(idempotent(tenant=lambda request: "everyone")(conformance_hooks(create)))
+shared_tenant = csrf_exempt(
+    idempotent(tenant=lambda request: "everyone")(conformance_hooks(create))
+)
 """Every caller in one key space: a second caller gets the first one's answer."""
 
 
@@ -253,17 +257,17 @@ def check_then_act(request: HttpRequest) -> HttpResponse:
         return _refuse_bad_keys(request)  # the real 400s
     if key in _naive.answers:
         return _replay(_naive.answers[key])
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):
         _naive.barrier(key).wait()
-    except threading.BrokenBarrierError:
-        pass
     response = create(request)
     _naive.answers.setdefault(key, response)
     return response
 
 
 def _replay(response: HttpResponse) -> HttpResponse:
-    replay = HttpResponse(response.content, status=response.status_code, content_type="application/json")
+    replay = HttpResponse(
+        response.content, status=response.status_code, content_type="application/json"
+    )
     replay["Idempotent-Replayed"] = "true"
     return replay
 
