@@ -24,6 +24,7 @@ PROTECTED = [
     "/conformance/function/",
     "/conformance/cbv/",
     "/conformance/drf/",
+    "/conformance/adrf/",
     "/conformance/ninja/charges",
     "/conformance/ninja/async/charges",
 ]

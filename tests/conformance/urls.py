@@ -10,6 +10,7 @@ protected: list[URLPattern | URLResolver] = [
     path("conformance/function/", views.function_view),
     path("conformance/cbv/", views.ChargeView.as_view()),
     path("conformance/drf/", views.DrfChargeView.as_view()),
+    path("conformance/adrf/", views.AdrfChargeView.as_view()),
     path("conformance/ninja/", views.api.urls),
 ]
 

@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Callable
 
+from adrf.views import APIView as AsyncAPIView
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
@@ -76,6 +77,16 @@ class DrfChargeView(IdempotentMixin, APIView):
         if not isinstance(amount, int):
             return Response({"error": "send an amount"}, status=400)
         charge = Charge.objects.create(reference="conformance", amount=amount)
+        return Response({"id": charge.pk, "amount": amount}, status=201)
+
+
+class AdrfChargeView(IdempotentMixin, AsyncAPIView):  # type: ignore[misc]
+    @conformance_hooks
+    async def post(self, request: Request) -> Response:
+        amount = request.data.get("amount") if isinstance(request.data, dict) else None
+        if not isinstance(amount, int):
+            return Response({"error": "send an amount"}, status=400)
+        charge = await Charge.objects.acreate(reference="conformance", amount=amount)
         return Response({"id": charge.pk, "amount": amount}, status=201)
 
 
