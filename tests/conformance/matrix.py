@@ -28,6 +28,7 @@ ATOMIC = ("off", "on")
 POOLERS = ("direct", "pgbouncer", "django-pool")
 LAYOUTS = ("one", "chooser")
 
+ASYNC_ADAPTERS = frozenset({"adrf", "ninja-async"})
 PATHS = {
     "function": "/conformance/function/",
     "cbv": "/conformance/cbv/",
@@ -61,8 +62,10 @@ OPTIONS: Sequence[Sequence[str]] = (ADAPTERS, DATABASES, CACHES, ATOMIC, POOLERS
 
 
 def valid(combination: Combination) -> bool:
-    """Poolers are PostgreSQL's; the chooser's tier (two databases) is SQLite's and
+    """Django refuses ATOMIC_REQUESTS for async views; poolers are PostgreSQL's; the chooser's tier (two databases) is SQLite's and
     PostgreSQL's, without a pooler (no tier of the suite combines the two)."""
+    if combination.atomic == "on" and combination.adapter in ASYNC_ADAPTERS:
+        return False  # Django refuses ATOMIC_REQUESTS for an async view
     postgres = combination.database.startswith("pg")
     if combination.pooler != "direct" and not postgres:
         return False
@@ -84,6 +87,7 @@ def _pairs(combination: Combination) -> set[tuple[int, str, int, str]]:
 SEEDS = (
     Combination("drf", "pg-lock", "redis", "on", "direct", "one"),
     Combination("ninja-async", "pg-lease", "none", "off", "direct", "one"),
+    Combination("function", "pg-lease", "redis", "on", "direct", "one"),
 )
 
 

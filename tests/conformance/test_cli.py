@@ -14,12 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from idempotency_django.conformance.cli import main, parser
 from idempotency_django.conformance.scenarios import Answer, Options, Run, diagnose
 from tests.conformance.conftest import executions
 
-pytestmark = [pytest.mark.urls("tests.conformance.urls"), pytest.mark.usefixtures("hooks_on")]
+# The runner's judgement does not depend on the database: one tier runs it (CI's time);
+# the matrix (test_matrix.py) runs the protected views on every database.
+ON_SQLITE = pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"),
+    reason="the runner's judgement of toys runs on the SQLite tier",
+)
+
+pytestmark = [
+    ON_SQLITE,pytest.mark.urls("tests.conformance.urls"), pytest.mark.usefixtures("hooks_on")]
 
 ROOT = Path(__file__).resolve().parents[2]
 
