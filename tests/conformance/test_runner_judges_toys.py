@@ -106,3 +106,14 @@ def test_a_refusal_before_the_protection_is_not_judged_a_final_4xx(
     )
     assert result.verdict == NOT_RUN, result
     assert "before the protection" in result.evidence[-2]
+
+
+@pytest.mark.django_db
+def test_inside_a_test_transaction_the_storm_is_sequential_and_in_flight_not_run(
+    callers: tuple[Client, Client],
+) -> None:
+    results = {r.name: r for r in run_conformance(callers[0], "/conformance/function/")}
+    assert results["storm"].verdict == PASS
+    assert "sequential" in results["storm"].evidence[0]
+    assert results["in-flight-409"].verdict == NOT_RUN
+    assert "transaction=True" in results["in-flight-409"].evidence[-2]
