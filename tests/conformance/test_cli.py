@@ -28,7 +28,10 @@ ON_SQLITE = pytest.mark.skipif(
 )
 
 pytestmark = [
-    ON_SQLITE,pytest.mark.urls("tests.conformance.urls"), pytest.mark.usefixtures("hooks_on")]
+    ON_SQLITE,
+    pytest.mark.urls("tests.conformance.urls"),
+    pytest.mark.usefixtures("hooks_on"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -33,7 +33,9 @@ def test_the_hooks_are_inert_unless_the_setting_is_on() -> None:
 
 
 @override_settings(IDEMPOTENCY_CONFORMANCE_HOOKS=True)
-@pytest.mark.parametrize(("asked", "status"), [("503", 503), ("422", 422), ("200", 503), ("x", 503)])
+@pytest.mark.parametrize(
+    ("asked", "status"), [("503", 503), ("422", 422), ("200", 503), ("x", 503)]
+)
 def test_the_fail_hook_answers_a_marked_problem(asked: str, status: int) -> None:
     response = view(_request(**{hooks.FAIL_HEADER: asked}))
     assert response.status_code == status

@@ -68,7 +68,9 @@ def _tier() -> tuple[str, str, str]:
 @contextmanager
 def _atomic_requests(on: bool) -> Iterator[None]:
     # Every thread's connection shares this dict: Django reads it on each request.
-    saved = {alias: connections.settings[alias].get("ATOMIC_REQUESTS", False) for alias in connections}
+    saved = {
+        alias: connections.settings[alias].get("ATOMIC_REQUESTS", False) for alias in connections
+    }
     for alias in connections:
         connections.settings[alias]["ATOMIC_REQUESTS"] = on
     try:
