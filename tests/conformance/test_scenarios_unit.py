@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from idempotency_django.conformance import scenarios
-from idempotency_django.conformance.hooks import HOLD_HEADER
 from idempotency_django.conformance.report import as_json, table
 from idempotency_django.conformance.scenarios import FAIL, NOT_RUN, PASS, Answer, Options
 
@@ -122,6 +121,7 @@ def test_the_report_shows_failures_with_their_evidence() -> None:
         scenarios.Result("other-caller", NOT_RUN, ["no second caller", "0 requests"], 0),
     ]
     text = table(results)
-    assert "FAIL     storm" in text and "double" in text
+    assert "FAIL     storm" in text
+    assert "double" in text
     assert "1 passed, 1 failed, 1 not run" in text
     assert as_json("http://x/", results)["passed"] is False
