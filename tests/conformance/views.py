@@ -237,8 +237,8 @@ waits_when_in_flight = csrf_exempt(idempotent(wait=30)(conformance_hooks(create)
 class _NaiveStore:
     """Check, then act: two duplicates that both miss the check both run (the storm's prey).
 
-    The barrier makes the race all but certain: a request that missed waits (up to a
-    second, so that lone requests go on) for another one of the same key to miss too.
+    The barrier makes the race all but certain: a request that missed waits (up to half
+    a second, so that lone requests go on) for another one of the same key to miss too.
     """
 
     def __init__(self) -> None:
@@ -248,7 +248,7 @@ class _NaiveStore:
 
     def barrier(self, key: str) -> threading.Barrier:
         with self.lock:
-            return self.barriers.setdefault(key, threading.Barrier(2, timeout=1))
+            return self.barriers.setdefault(key, threading.Barrier(2, timeout=0.5))
 
 
 _naive = _NaiveStore()
