@@ -99,7 +99,7 @@ class Options:
     storm_keys: int = 4
     storm_duplicates: int = 6
     storm_threads: int = 24
-    hold: float = 3.0  # seconds a held request waits when the runner cannot release it
+    hold: float = 2.0  # seconds a held request waits when the runner cannot release it
     patience: float = 10.0  # how long an in-process rendezvous may take before it is a failure
     executions: Callable[[], int] | None = None
     progress: Progress | None = None

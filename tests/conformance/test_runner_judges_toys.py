@@ -76,7 +76,7 @@ def test_a_toy_breaking_one_rule_fails_its_scenario(
 
 
 def test_assert_conformance_raises_with_the_evidence(callers: tuple[Client, Client]) -> None:
-    with pytest.raises(AssertionError, match="replay: .*executed again"):
+    with pytest.raises(AssertionError, match=r"replay: .*executed again"):
         assert_conformance(callers[0], "/toys/unprotected/", only=["replay"])
 
 
