@@ -101,3 +101,13 @@ def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         parser().parse_args(argv)
     assert exit_.value.code == 2
+
+
+def test_python_dash_m_calls_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["conformance", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("idempotency_django.conformance", run_name="__main__")
+    assert exit_.value.code == 0
+    assert "--other-caller-header" in capsys.readouterr().out
