@@ -103,7 +103,9 @@ def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     assert exit_.value.code == 2
 
 
-def test_python_dash_m_calls_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_python_dash_m_calls_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import runpy
 
     monkeypatch.setattr(sys, "argv", ["conformance", "--help"])
