@@ -93,12 +93,15 @@ tox-corners: install
 
 # Past one database (docs/contributing.rst): shards and a replica (SQLite, then PostgreSQL),
 # then the race, crash and wait tests through PgBouncer (transaction mode) and Django's pool.
-.PHONY: test-multidb test-poolers
+.PHONY: test-multidb test-poolers conformance-full
 test-multidb: install
-	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
+	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
 
-POOLED_TESTS := tests/pooled tests/test_concurrency.py tests/test_lock_protocol.py tests/test_faults.py
+# The conformance matrix's combinations each run in the tier that provides them (test-sqlite,
+# test-postgres and test-mariadb collect it with the rest of tests/).
+MATRIX_TESTS := tests/conformance/test_matrix.py
+POOLED_TESTS := tests/pooled tests/test_concurrency.py tests/test_lock_protocol.py tests/test_faults.py $(MATRIX_TESTS)
 test-poolers: install
 	tests/services/pgbouncer.sh start
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=pgbouncer $(PY) -m coverage run -p -m pytest --ds tests.pooled.settings $(POOLED_TESTS); status=$$?; tests/services/pgbouncer.sh stop; exit $$status
@@ -106,3 +109,16 @@ test-poolers: install
 
 clean:
 	rm -rf $(VENV) .tox dist build .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3
+
+# The conformance scenarios over the full product of the matrix (CI runs its pairwise set),
+# in every tier; each tier skips the combinations another one provides (docs/verify.rst).
+CONFORMANCE_FULL := IDEMPOTENCY_CONFORMANCE_MATRIX=full IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m pytest -p no:randomly -q -k keeps_the_contract $(MATRIX_TESTS)
+conformance-full: install
+	$(CONFORMANCE_FULL)
+	DATABASE_URL=$(PG_URL) $(CONFORMANCE_FULL)
+	DATABASE_URL=$(MARIADB_URL) $(CONFORMANCE_FULL)
+	$(CONFORMANCE_FULL) --ds tests.multidb.settings
+	DATABASE_URL=$(PG_URL) $(CONFORMANCE_FULL) --ds tests.multidb.settings
+	tests/services/pgbouncer.sh start
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=pgbouncer $(CONFORMANCE_FULL) --ds tests.pooled.settings; status=$$?; tests/services/pgbouncer.sh stop; exit $$status
+	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=psycopg $(CONFORMANCE_FULL) --ds tests.pooled.settings

@@ -53,7 +53,7 @@ html_theme = "furo"
 html_title = f"idempotency-django {release}"
 html_static_path: list[str] = []
 
-exclude_patterns = ["_build", "examples"]
+exclude_patterns = ["_build", "examples", "_generated"]
 
 
 def setup(app: Sphinx) -> None:

@@ -459,6 +459,16 @@ def check_mysql_clock(alias: str, offset: int) -> list[CheckMessage]:
     ]
 
 
+def check_conformance_hooks(value: Any) -> list[CheckMessage]:
+    if isinstance(value, bool):
+        return []
+    return _error(
+        "E150",
+        f"IDEMPOTENCY_CONFORMANCE_HOOKS must be a bool, got {value!r}.",
+        "Set it to True on a test or staging deployment only, else leave it out.",
+    )
+
+
 def _engine(alias: Any) -> str:
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         return ""
@@ -495,6 +505,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_MAX_STORED_BYTES", check_max_stored_bytes),
     ("IDEMPOTENCY_REDACT", check_redact),
     ("IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS", check_outbox_max_attempts),
+    ("IDEMPOTENCY_CONFORMANCE_HOOKS", check_conformance_hooks),
 )
 
 

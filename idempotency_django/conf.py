@@ -147,6 +147,11 @@ class Settings:
         value = getattr(settings, "IDEMPOTENCY_REDACT", None)
         return import_string(value) if isinstance(value, str) else value
 
+    @property
+    def CONFORMANCE_HOOKS(self) -> bool:
+        """Whether ``conformance_hooks`` obey their request headers (never in production)."""
+        return getattr(settings, "IDEMPOTENCY_CONFORMANCE_HOOKS", False) is True
+
 
 conf = Settings()
 

@@ -167,11 +167,26 @@ def check_tasks_not_eager(eager: bool) -> list[CheckMessage]:
     )
 
 
+def check_conformance_hooks_off(on: bool) -> list[CheckMessage]:
+    if not on:
+        return []
+    return warning(
+        "W151",
+        "IDEMPOTENCY_CONFORMANCE_HOOKS is on: any caller can make a protected view fail or "
+        "hold its transaction open with a request header.",
+        "Turn the conformance test hooks on for a test or staging deployment only.",
+        "verify#check-w151",
+    )
+
+
 @register(Tags.compatibility, deploy=True)
 def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """What is fine in development and wrong in production (``manage.py check --deploy``)."""
     messages = check_purge_scheduled(purge_scheduled())
     messages += check_tasks_not_eager(tasks_eager())
+    messages += check_conformance_hooks_off(
+        getattr(settings, "IDEMPOTENCY_CONFORMANCE_HOOKS", False) is True
+    )
     cache = getattr(settings, "IDEMPOTENCY_CACHE", None)
     if isinstance(cache, str) and cache in settings.CACHES:
         messages += check_cache_backend(cache, _backend(settings.CACHES[cache]))

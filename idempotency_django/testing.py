@@ -14,12 +14,15 @@ they never rely on ``assert`` statements, so ``python -O`` keeps them.
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from idempotency_django.conformance.scenarios import FAIL, Answer, Options, Result, run_scenarios
 from idempotency_django.exceptions import (
     PROBLEM_BASE,
     IdempotencyError,
@@ -32,6 +35,7 @@ from idempotency_django.exceptions import (
 __all__ = [
     "IdempotencyAssertionsMixin",
     "Replay",
+    "assert_conformance",
     "assert_in_progress",
     "assert_key_malformed",
     "assert_key_missing",
@@ -40,6 +44,7 @@ __all__ = [
     "assert_replayed",
     "assert_replays",
     "new_key",
+    "run_conformance",
     "send",
 ]
 
@@ -228,3 +233,100 @@ def _show(response: Any) -> str:
 def _expect(condition: bool, message: str) -> None:
     if not condition:
         raise AssertionError(message)
+
+
+# --- the conformance scenarios, in process -------------------------------------------------------
+
+
+def run_conformance(
+    client: Any,
+    path: str,
+    *,
+    body: Mapping[str, Any] | None = None,
+    id_field: str = "id",
+    other_client: Any = None,
+    executions: Executions | None = None,
+    header: str | None = None,
+    only: Sequence[str] | None = None,
+    patience: float = 10.0,
+) -> list[Result]:
+    """Run the conformance scenarios (docs/verify.rst) on ``path`` through ``client``.
+
+    ``other_client`` is a second caller (other credentials): without it, the
+    ``other-caller`` scenario is not run. ``executions`` counts the view's effects
+    (e.g. ``Charge.objects.count``) and makes "nothing ran" exact. Concurrent scenarios
+    (the storm, an in-flight duplicate) need a test that commits (``transaction=True``);
+    inside a ``TestCase`` the storm runs sequentially and the in-flight one is not run.
+    """
+    from idempotency_django.conf import conf
+
+    transport = ClientTransport(client, path, other_client)
+    options = Options(
+        id_field=id_field, executions=executions, header=header or conf.HEADER, patience=patience
+    )
+    if body is not None:
+        options.body = dict(body)
+    return run_scenarios(transport, options, only)
+
+
+def assert_conformance(client: Any, path: str, **kwargs: Any) -> list[Result]:
+    """:func:`run_conformance`, raising ``AssertionError`` with the evidence of every failure."""
+    results = run_conformance(client, path, **kwargs)
+    failed = [r for r in results if r.verdict == FAIL]
+    lines = [f"{r.name}: " + "; ".join(r.evidence) for r in failed]
+    _expect(not failed, "conformance scenarios failed:\n" + "\n".join(lines))
+    return results
+
+
+class ClientTransport:
+    """Scenarios' requests through a Django (or DRF) test client, in this process.
+
+    Threads other than the creating one send through a copy of the client (same
+    credentials and cookies) and close their database connections after each request.
+    """
+
+    in_process = True
+
+    def __init__(self, client: Any, path: str, other_client: Any = None) -> None:
+        self.client, self.path, self.other_client = client, path, other_client
+        self.has_other_caller = other_client is not None
+        self._owner = threading.get_ident()
+
+    @property
+    def concurrent(self) -> bool:
+        from django.db import connections
+
+        return not any(connections[alias].in_atomic_block for alias in connections)
+
+    def send(self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False) -> Any:
+        client = self.other_client if other else self.client
+        if threading.get_ident() == self._owner:
+            return _answer(_post(client, self.path, headers, body))
+        from django.db import connections
+
+        try:
+            return _answer(_post(_copy(client), self.path, headers, body))
+        finally:
+            connections.close_all()
+
+
+def _post(client: Any, path: str, headers: Mapping[str, str | bytes], body: bytes) -> Any:
+    fields = {name: _wsgi(value) for name, value in headers.items() if name != "Content-Type"}
+    content_type = str(headers.get("Content-Type", JSON))
+    return client.post(path, body, content_type=content_type, headers=fields)
+
+
+def _wsgi(value: str | bytes) -> str:
+    # A WSGI server hands Django header bytes decoded as latin-1: do the same.
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _copy(client: Any) -> Any:
+    clone = copy.copy(client)
+    clone.cookies = copy.copy(client.cookies)
+    return clone
+
+
+def _answer(response: Any) -> Answer:
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    return Answer(response.status_code, headers, bytes(response.content))

@@ -6,13 +6,16 @@ with the same key gets the first answer back instead of charging twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from rest_framework import viewsets
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from idempotency_django import idempotency_of
+from idempotency_django.conformance import conformance_hooks
 from idempotency_django.rest_framework import IdempotentMixin
 from sample_project.payments.models import Charge
 from sample_project.payments.serializers import ChargeSerializer
@@ -40,6 +43,10 @@ class ChargeViewSet(IdempotentMixin, ChargeViewSetBase):
         if not user.is_authenticated:  # the schema generator inspects the view anonymously
             return Charge.objects.none()
         return Charge.objects.filter(user=user)
+
+    @conformance_hooks  # inert unless IDEMPOTENCY_CONFORMANCE_HOOKS (docs/verify.rst)
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().create(request, *args, **kwargs)
 
     def perform_create(self, serializer: BaseSerializer[Charge]) -> None:
         # What we'd send the payment provider as its own Idempotency-Key.

@@ -16,6 +16,7 @@ from ninja import NinjaAPI, Schema, Status
 from ninja.security import APIKeyHeader
 from rest_framework.authtoken.models import Token
 
+from idempotency_django.conformance import conformance_hooks
 from idempotency_django.ninja import idempotent
 from sample_project.payments.models import Charge
 
@@ -46,6 +47,7 @@ api = NinjaAPI(title="Payments (Ninja)", urls_namespace="ninja", auth=ApiKey())
 
 @api.post("/charges", response={201: ChargeOut})
 @idempotent
+@conformance_hooks
 def create_charge(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
     """Take a charge; retry it with the same `Idempotency-Key` as often as you like."""
     provider_key = request.idempotency.derive("provider")  # type: ignore[attr-defined]
@@ -56,6 +58,7 @@ def create_charge(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
 
 @api.post("/async/charges", response={201: ChargeOut})
 @idempotent
+@conformance_hooks
 async def create_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
     """The same, as an ``async def`` operation."""
     provider_key = request.idempotency.derive("provider")  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from idempotency_django import IdempotentRequest, idempotent
+from idempotency_django.conformance import conformance_hooks
 from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import enqueue
@@ -36,6 +37,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @require_POST
 @idempotent
+@conformance_hooks  # inert unless IDEMPOTENCY_CONFORMANCE_HOOKS (docs/verify.rst)
 def create_charge(request: IdempotentRequest) -> HttpResponse:
     """Take a payment: ``{"amount": 1000, "currency": "eur", "description": "..."}``."""
     try:

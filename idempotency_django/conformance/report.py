@@ -1,0 +1,42 @@
+"""The runner's output: a table for the terminal, JSON for a file."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from idempotency_django.conformance.scenarios import FAIL, Result
+
+MARKS = {"pass": "PASS", "fail": "FAIL", "not run": "----"}
+
+
+def table(results: Sequence[Result], width: int = 100) -> str:
+    """One line per scenario (verdict, name, requests), its evidence indented below a failure."""
+    name_width = max((len(r.name) for r in results), default=10)
+    lines = [f"{'verdict':7}  {'scenario':{name_width}}  requests", "-" * (name_width + 19)]
+    for result in results:
+        lines.append(f"{MARKS[result.verdict]:7}  {result.name:{name_width}}  {result.requests:8}")
+        shown = result.evidence if result.verdict == FAIL else result.evidence[-2:-1]
+        for line in shown:
+            lines += textwrap.wrap(
+                line, width, initial_indent="         ", subsequent_indent="           "
+            )
+    passed = sum(r.verdict == "pass" for r in results)
+    failed = sum(r.verdict == FAIL for r in results)
+    lines.append(f"{passed} passed, {failed} failed, {len(results) - passed - failed} not run")
+    return "\n".join(lines)
+
+
+def as_json(url: str, results: Sequence[Result]) -> dict[str, Any]:
+    return {
+        "url": url,
+        "passed": not any(r.verdict == FAIL for r in results),
+        "scenarios": [r.as_dict() for r in results],
+    }
+
+
+def write_json(path: Path, url: str, results: Sequence[Result]) -> None:
+    path.write_text(json.dumps(as_json(url, results), indent=2) + "\n")

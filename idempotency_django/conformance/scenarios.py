@@ -1,0 +1,552 @@
+"""The conformance scenarios: docs/http.rst's behaviour table, judged from the outside.
+
+Each scenario sends requests through a :class:`Transport` (HTTP for the command line,
+Django's test client for a test suite) and returns a :class:`Result`: a verdict
+(``pass``, ``fail`` or ``not run``) and the evidence it rests on. Nothing here reads
+the server's database: an execution is seen through the id its answer carries (the
+JSON field ``id_field``), and, in a test suite, through an ``executions`` counter.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from idempotency_django.conformance.hooks import FAIL_HEADER, HOLD_HEADER, MARKER_HEADER
+
+PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
+REPLAYED = "idempotent-replayed"
+PROBLEM = "application/problem+json"
+KEY_HEADER = "Idempotency-Key"
+TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+REFUSALS = frozenset({401, 403})  # answered before any claim, never stored
+OVERSIZED = 300  # over any allowed IDEMPOTENCY_KEY_MAX_LENGTH (the column holds 255)
+DEFAULT_BODY: dict[str, Any] = {"amount": 100, "currency": "eur"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer; ``status`` 0 when none came (``error`` says why)."""
+
+    status: int
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes
+    error: str = ""
+
+    @property
+    def replayed(self) -> bool:
+        return self.headers.get(REPLAYED, "").lower() == "true"
+
+    @property
+    def problem(self) -> bool:
+        return self.headers.get("content-type", "").split(";")[0].strip() == PROBLEM
+
+    @property
+    def hooked(self) -> bool:
+        return MARKER_HEADER.lower() in self.headers
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def show(self) -> str:
+        if not self.status:
+            return f"no answer ({self.error})"
+        flag = " [replayed]" if self.replayed else ""
+        text = self.body[:160].decode("utf-8", "replace")
+        return f"{self.status}{flag} {text}"
+
+
+class Transport(Protocol):
+    """How scenarios reach the endpoint: one POST, with the caller's credentials added."""
+
+    @property
+    def concurrent(self) -> bool:
+        """May requests be sent from several threads at once."""
+
+    @property
+    def has_other_caller(self) -> bool: ...
+
+    @property
+    def in_process(self) -> bool:
+        """Do the endpoint's hooks run in this process (a hold is released by event, not time)."""
+
+    def send(
+        self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False
+    ) -> Answer:
+        """POST ``body`` with ``headers`` as the main caller (or the other one)."""
+        ...
+
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Options:
+    """What a run varies: the body, where the id lives, the storm's size, the bounds."""
+
+    body: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_BODY))
+    id_field: str = "id"
+    header: str = KEY_HEADER
+    storm_keys: int = 4
+    storm_duplicates: int = 6
+    storm_threads: int = 24
+    hold: float = 2.0  # seconds a held request waits when the runner cannot release it
+    patience: float = 10.0  # how long an in-process rendezvous may take before it is a failure
+    executions: Callable[[], int] | None = None
+    progress: Progress | None = None
+
+
+@dataclass
+class Result:
+    """One scenario's verdict and evidence."""
+
+    name: str
+    verdict: str
+    evidence: list[str] = field(default_factory=list)
+    requests: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "requests": self.requests,
+        }
+
+
+class Failed(Exception):
+    """A scenario's rule is broken: the message is the evidence."""
+
+
+class Skipped(Exception):
+    """A scenario cannot be judged here: the message says why."""
+
+
+class Run:
+    """The state one run shares between its scenarios: transport, options, counts."""
+
+    def __init__(self, transport: Transport, options: Options) -> None:
+        self.transport, self.options = transport, options
+        self.sent = 0
+        self._counting = threading.Lock()
+        self.hooks: bool | None = None  # learnt by the transient-5xx scenario
+        self.notes: list[str] = []
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def body(self, variant: int = 0) -> bytes:
+        data = dict(self.options.body)
+        if variant:
+            amount = data.get("amount")
+            if isinstance(amount, int) and not isinstance(amount, bool):
+                data["amount"] = amount + variant
+            else:
+                data["conformance_variant"] = variant
+        return json.dumps(data).encode()
+
+    def post(
+        self,
+        key: str | bytes | None,
+        body: bytes | None = None,
+        *,
+        other: bool = False,
+        extra: Mapping[str, str] | None = None,
+    ) -> Answer:
+        headers: dict[str, str | bytes] = {"Content-Type": "application/json", **(extra or {})}
+        if key is not None:
+            headers[self.options.header] = key
+        with self._counting:
+            self.sent += 1
+        payload = self.body() if body is None else body
+        return self.transport.send(headers, payload, other=other)
+
+    def ident(self, answer: Answer) -> Any:
+        """The id of what the answer says was created, or None."""
+        data = answer.json()
+        for part in self.options.id_field.split("."):
+            if not isinstance(data, dict) or part not in data:
+                return None
+            data = data[part]
+        return data
+
+    def executions(self) -> int | None:
+        count = self.options.executions
+        return None if count is None else count()
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def create(self, key: str | None = None) -> tuple[str, Answer, Any]:
+        """A fresh execution: ``(key, answer, id)``; :class:`Failed` if none came."""
+        key = key or new_key()
+        answer = self.post(key)
+        ident = self.ident(answer)
+        if not 200 <= answer.status < 300 or answer.replayed or ident is None:
+            raise Failed(f"a fresh key did not create: {answer.show()}{diagnose(answer, self)}")
+        return key, answer, ident
+
+
+def new_key() -> str:
+    return f"conformance-{uuid.uuid4()}"
+
+
+def diagnose(answer: Answer, run: Run) -> str:
+    """A hint for the commonest reasons a first request fails."""
+    data = answer.json()
+    kind = str(data.get("type", "")) if isinstance(data, dict) else ""
+    if kind.endswith("#key-missing"):
+        return (
+            f" — the server saw no {run.options.header}: a proxy or load balancer dropped it, "
+            "or the server reads another header (IDEMPOTENCY_HEADER)"
+        )
+    if answer.status in REFUSALS:
+        return " — refused: pass the caller's credentials with --header"
+    if 200 <= answer.status < 300 and run.ident(answer) is None:
+        return f" — no {run.options.id_field!r} field in the answer: name it with --id-field"
+    if answer.status == 0:
+        return " — the server did not answer"
+    return ""
+
+
+# --- the scenarios ------------------------------------------------------------------------------
+
+
+def replay(run: Run) -> None:
+    """A retry with the same key and body replays the first answer byte for byte."""
+    key, first, ident = run.create()
+    before = run.executions()
+    second = run.post(key)
+    run.note(f"first: {first.show()}")
+    run.note(f"retry: {second.show()}")
+    if not second.replayed:
+        raise Failed(f"the retry carries no 'Idempotent-Replayed: true'{ran_again(run, second)}")
+    if second.status != first.status or second.body != first.body:
+        raise Failed("the retry's status or body differs from the first answer")
+    for name in ("content-type", "location"):
+        if first.headers.get(name) != second.headers.get(name):
+            raise Failed(f"the retry's {name} differs: {second.headers.get(name)!r}")
+    expect_no_execution(run, before, "the retry")
+    run.note(f"one execution, id {ident!r}")
+
+
+def ran_again(run: Run, answer: Answer) -> str:
+    ident = run.ident(answer)
+    return f": it executed again (new id {ident!r})" if ident is not None else ""
+
+
+def expect_no_execution(run: Run, before: int | None, what: str) -> None:
+    after = run.executions()
+    if before is not None and after is not None and after != before:
+        raise Failed(f"{what} ran the view: executions went from {before} to {after}")
+
+
+def mismatch(run: Run) -> None:
+    """Another body with a used key: 422 problem+json, nothing runs, nothing revealed."""
+    key, first, ident = run.create()
+    before = run.executions()
+    other = run.post(key, run.body(variant=1))
+    run.note(f"another body: {other.show()}")
+    if other.status != 422 or not other.problem:
+        raise Failed(f"expected 422 problem+json, got {other.show()}{ran_again(run, other)}")
+    if other.replayed or run.ident(other) is not None or first.body in other.body:
+        raise Failed("the 422 reveals the stored answer")
+    expect_no_execution(run, before, "the request with another body")
+    again = run.post(key)
+    if not (again.replayed and again.body == first.body):
+        raise Failed(f"after the 422 the first body no longer replays: {again.show()}")
+    run.note(f"the first body still replays id {ident!r}")
+
+
+def bad_key(key: str | bytes | None, what: str) -> Callable[[Run], None]:
+    def scenario(run: Run) -> None:
+        _, _, before_id = run.create()
+        before = run.executions()
+        for attempt in (1, 2):
+            answer = run.post(key)
+            run.note(f"{what}, attempt {attempt}: {answer.show()}")
+            if answer.status != 400 or not answer.problem:
+                raise Failed(f"{what}: expected 400 problem+json{ran_again(run, answer)}")
+            if answer.replayed or run.ident(answer) is not None:
+                raise Failed(f"{what}: the 400 carries an id or a replay")
+        expect_no_execution(run, before, what)
+        _, _, after_id = run.create()
+        _, _, last_id = run.create()
+        run.note(f"ids around it: {before_id!r}, then {after_id!r}, {last_id!r}")
+        ids = (before_id, after_id, last_id)
+        if all(isinstance(i, int) for i in ids) and after_id - before_id != last_id - after_id:
+            raise Failed(
+                f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): "
+                "something was created in between (or another client wrote meanwhile)"
+            )
+
+    scenario.__doc__ = f"{what}: 400 problem+json and nothing runs."
+    return scenario
+
+
+def storm(run: Run) -> None:
+    """N keys x M concurrent duplicates: one execution per key; replays or 409 otherwise."""
+    opts = run.options
+    keys = [new_key() for _ in range(opts.storm_keys)]
+    jobs = [key for key in keys for _ in range(opts.storm_duplicates)]
+    before = run.executions()
+    answers = _storm_answers(run, jobs)
+    fresh = 0
+    for key in keys:
+        fresh += _judge_key(run, key, answers[key])
+    after = run.executions()
+    if before is not None and after is not None and after - before != fresh:
+        raise Failed(f"{after - before} executions for {fresh} fresh answers")
+    mode = "concurrent" if run.transport.concurrent else "sequential (the test holds a transaction)"
+    run.note(f"{len(jobs)} requests, {mode}: {fresh} executions for {len(keys)} keys")
+
+
+def _storm_answers(run: Run, jobs: list[str]) -> dict[str, list[Answer]]:
+    answers: dict[str, list[Answer]] = {key: [] for key in jobs}
+    done = 0
+
+    def report(key: str, answer: Answer) -> None:
+        nonlocal done
+        answers[key].append(answer)
+        done += 1
+        if run.options.progress and (done % 5 == 0 or done == len(jobs)):
+            run.options.progress(f"storm: {done}/{len(jobs)} answered")
+
+    if not run.transport.concurrent:
+        for key in jobs:
+            report(key, run.post(key))
+        return answers
+    threads = max(1, min(run.options.storm_threads, len(jobs)))
+    with ThreadPoolExecutor(threads, thread_name_prefix="conformance-storm") as pool:
+        for key, answer in zip(jobs, pool.map(run.post, jobs), strict=True):
+            report(key, answer)
+    return answers
+
+
+def _judge_key(run: Run, key: str, answers: list[Answer]) -> int:
+    """The number of fresh executions for ``key`` (0 or 1); :class:`Failed` otherwise."""
+    ids = {run.ident(a) for a in answers if 200 <= a.status < 300} - {None}
+    if len(ids) > 1:
+        raise Failed(
+            f"key {key}: {len(ids)} different ids {sorted(map(repr, ids))}: executed twice"
+        )
+    fresh = [a for a in answers if 200 <= a.status < 300 and not a.replayed]
+    if len(fresh) > 1:
+        raise Failed(f"key {key}: {len(fresh)} fresh answers, none of them a replay")
+    for answer in answers:
+        if answer.status == 409:
+            expect_retry_after(answer)
+        elif not (200 <= answer.status < 300):
+            raise Failed(f"key {key}: an answer neither a replay nor a 409: {answer.show()}")
+        elif answer.replayed and fresh and answer.body != fresh[0].body:
+            raise Failed(f"key {key}: a replay differs from the first answer")
+    follow = run.post(key)
+    if fresh and not (follow.replayed and follow.body == fresh[0].body):
+        raise Failed(f"key {key}: after the storm the key does not replay: {follow.show()}")
+    return len(fresh) + (0 if fresh or follow.replayed else 1)
+
+
+def expect_retry_after(answer: Answer) -> None:
+    if not answer.problem:
+        raise Failed(f"a 409 that is not problem+json: {answer.show()}")
+    value = answer.headers.get("retry-after", "")
+    if not value.isdigit():
+        raise Failed(f"a 409 without an integer Retry-After (got {value!r})")
+
+
+def other_caller(run: Run) -> None:
+    """Another caller with the same key and body gets an answer of its own."""
+    if not run.transport.has_other_caller:
+        raise Skipped("no second caller's credentials (--other-caller-header)")
+    key, first, ident = run.create()
+    theirs = run.post(key, other=True)
+    run.note(f"first caller: {first.show()}")
+    run.note(f"other caller: {theirs.show()}")
+    if theirs.replayed or theirs.body == first.body or run.ident(theirs) == ident:
+        raise Failed("the other caller got the first caller's answer")
+    if not 200 <= theirs.status < 300 or run.ident(theirs) is None:
+        raise Failed(f"the other caller's request did not create{diagnose(theirs, run)}")
+
+
+def probe_hooks(run: Run, key: str) -> Answer:
+    """Ask for a 503 with ``key``: whether a hook answered tells if the endpoint offers them."""
+    failed = run.post(key, extra={FAIL_HEADER: "503"})
+    run.hooks = failed.hooked
+    return failed
+
+
+def transient(run: Run) -> None:
+    """A transient failure (503) is not stored: the retry runs afresh."""
+    key = new_key()
+    before = run.executions()
+    failed = probe_hooks(run, key)
+    if not failed.hooked:
+        raise Skipped(f"the endpoint offers no test hooks ({FAIL_HEADER} was ignored)")
+    run.note(f"failing request: {failed.show()}")
+    if failed.status != 503:
+        raise Failed(f"the hook asked for 503, the answer was {failed.show()}")
+    expect_no_execution(run, before, "the failed request (its writes were not rolled back)")
+    retry = run.post(key)
+    run.note(f"retry: {retry.show()}")
+    if retry.replayed or retry.status == 503:
+        raise Failed("the transient failure was stored and replayed")
+    if not 200 <= retry.status < 300 or run.ident(retry) is None:
+        raise Failed(f"the retry did not run afresh{diagnose(retry, run)}")
+
+
+def final_4xx(run: Run) -> None:
+    """A final 4xx is stored and replayed like a success."""
+    if run.hooks is None:
+        probe_hooks(run, new_key())
+    if run.hooks:
+        key = new_key()
+        first = run.post(key, extra={FAIL_HEADER: "422"})
+        body: bytes | None = None
+    else:
+        key, body = new_key(), b"[]"  # a JSON array: most create endpoints refuse it
+        first = run.post(key, body)
+    run.note(f"refused request: {first.show()}")
+    if 200 <= first.status < 300 or first.status == 0:
+        raise Skipped("the endpoint accepted a JSON array: enable the test hooks to judge")
+    if first.status in REFUSALS | TRANSIENT_4XX or first.status >= 500:
+        raise Skipped(f"{first.status} is not a final 4xx: enable the test hooks to judge")
+    retry = run.post(key, body)
+    run.note(f"retry: {retry.show()}")
+    if retry.replayed and retry.status == first.status and retry.body == first.body:
+        return
+    if run.hooks:
+        raise Failed(f"the final {first.status} was not replayed{ran_again(run, retry)}")
+    follow = run.post(key)  # the valid body with the same key
+    if 200 <= follow.status < 300 and not follow.replayed:
+        raise Skipped(
+            f"the {first.status} came before the protection (e.g. schema validation outside "
+            "the protected view): enable the test hooks to judge"
+        )
+    raise Failed(f"the final {first.status} was stored but not replayed")
+
+
+def in_flight(run: Run) -> None:
+    """A duplicate while the first request is still running gets 409 with Retry-After."""
+    if run.hooks is None:
+        probe_hooks(run, new_key())
+    if not run.hooks:
+        raise Skipped("the endpoint offers no test hooks")
+    if not run.transport.concurrent:
+        raise Skipped("needs concurrent requests (a transactional test: transaction=True)")
+    if run.transport.in_process:
+        _in_flight_by_event(run)
+    else:
+        _in_flight_by_time(run)
+
+
+def _in_flight_by_event(run: Run) -> None:
+    from idempotency_django.conformance import hooks
+
+    key = new_key()
+    with ThreadPoolExecutor(2, thread_name_prefix="conformance-hold") as pool:
+        held = pool.submit(run.post, key, None, extra={HOLD_HEADER: str(hooks.MAX_HOLD)})
+        try:
+            if not hooks.wait_entered(key, run.options.patience):
+                raise Failed("the held request never reached its view")
+            duplicate = pool.submit(run.post, key)
+            try:
+                second = duplicate.result(run.options.patience)
+            except TimeoutError:
+                raise Failed("the duplicate waited for the first instead of answering") from None
+        finally:
+            hooks.release(key)
+            first = held.result(run.options.patience + hooks.MAX_HOLD)
+            hooks.forget(key)
+    _judge_in_flight(run, key, first, second)
+
+
+def _in_flight_by_time(run: Run) -> None:
+    seconds = str(run.options.hold)
+    for _ in range(3):
+        key = new_key()
+        with ThreadPoolExecutor(2, thread_name_prefix="conformance-hold") as pool:
+            answers = list(
+                pool.map(lambda k: run.post(k, extra={HOLD_HEADER: seconds}), [key, key])
+            )
+        if any(a.status == 409 for a in answers):
+            first, second = sorted(answers, key=lambda a: a.status == 409)
+            _judge_in_flight(run, key, first, second)
+            return
+        if sum(200 <= a.status < 300 and not a.replayed for a in answers) > 1:
+            raise Failed(f"both requests executed: {[a.show() for a in answers]}")
+        run.note(f"no overlap: {[a.show() for a in answers]}")
+    raise Skipped(
+        "the duplicate never arrived while the first was held (one worker? IDEMPOTENCY_WAIT?)"
+    )
+
+
+def _judge_in_flight(run: Run, key: str, first: Answer, second: Answer) -> None:
+    run.note(f"held request: {first.show()}")
+    run.note(f"duplicate: {second.show()}")
+    if second.status != 409:
+        raise Failed(f"the duplicate got {second.show()}, not 409{ran_again(run, second)}")
+    expect_retry_after(second)
+    if not 200 <= first.status < 300:
+        raise Failed(f"the held request failed: {first.show()}")
+    later = run.post(key)
+    if not (later.replayed and later.body == first.body):
+        raise Failed(f"once the first finished, the key does not replay: {later.show()}")
+
+
+SCENARIOS: Sequence[tuple[str, Callable[[Run], None]]] = (
+    ("replay", replay),
+    ("mismatch-422", mismatch),
+    ("key-missing-400", bad_key(None, "no key")),
+    ("key-oversized-400", bad_key("k" * OVERSIZED, f"a {OVERSIZED}-character key")),
+    ("key-non-ascii-400", bad_key("clé-ünïcode".encode(), "a non-ASCII key")),
+    ("storm", storm),
+    ("other-caller", other_caller),
+    ("transient-5xx-not-stored", transient),
+    ("final-4xx-replayed", final_4xx),
+    ("in-flight-409", in_flight),
+)
+NAMES = tuple(name for name, _ in SCENARIOS)
+
+
+def run_scenarios(
+    transport: Transport, options: Options, only: Sequence[str] | None = None
+) -> list[Result]:
+    """Every scenario (or those named in ``only``), in order; one result each."""
+    run = Run(transport, options)
+    results = []
+    for name, scenario in SCENARIOS:
+        if only is not None and name not in only:
+            continue
+        results.append(judge(run, name, scenario))
+    return results
+
+
+def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
+    run.notes, start, sent = [], time.monotonic(), run.sent
+    if run.options.progress:
+        run.options.progress(f"{name} …")
+    try:
+        scenario(run)
+        verdict, evidence = PASS, list(run.notes)
+    except Failed as failed:
+        verdict, evidence = FAIL, [*run.notes, str(failed)]
+    except Skipped as skipped:
+        verdict, evidence = NOT_RUN, [*run.notes, str(skipped)]
+    evidence.append(f"{run.sent - sent} requests in {time.monotonic() - start:.1f} s")
+    return Result(name, verdict, evidence, run.sent - sent)
+
+
+def failures(results: Sequence[Result]) -> Iterator[Result]:
+    return (r for r in results if r.verdict == FAIL)

@@ -1,0 +1,181 @@
+"""The combinations the conformance scenarios run over, and the table docs/guarantees.rst shows.
+
+Six options, each a few values; the full product (less the invalid pairs) is what
+``make conformance-full`` runs. CI runs a pairwise covering set: every pair of
+values of any two options meets in at least one combination, chosen greedily
+from the product (deterministic: the same code gives the same set). A
+combination runs in the test tier that provides its database, pooler and
+database layout (``tier_of``); the others skip it.
+
+``python -m tests.conformance.matrix RESULTS.jsonl`` writes the table
+(docs/_generated/conformance.rst) from the results a run recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+ADAPTERS = ("function", "cbv", "drf", "adrf", "ninja-sync", "ninja-async")
+DATABASES = ("sqlite", "pg-lock", "pg-lease", "mariadb")
+CACHES = ("none", "redis")
+ATOMIC = ("off", "on")
+POOLERS = ("direct", "pgbouncer", "django-pool")
+LAYOUTS = ("one", "chooser")
+
+ASYNC_ADAPTERS = frozenset({"adrf", "ninja-async"})
+PATHS = {
+    "function": "/conformance/function/",
+    "cbv": "/conformance/cbv/",
+    "drf": "/conformance/drf/",
+    "adrf": "/conformance/adrf/",
+    "ninja-sync": "/conformance/ninja/charges",
+    "ninja-async": "/conformance/ninja/async/charges",
+}
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "_generated" / "conformance.rst"
+
+
+@dataclass(frozen=True, order=True)
+class Combination:
+    adapter: str
+    database: str
+    cache: str
+    atomic: str
+    pooler: str
+    layout: str
+
+    @property
+    def id(self) -> str:
+        return "-".join(asdict(self).values())
+
+    def tier(self) -> tuple[str, str, str]:
+        """(database vendor, pooler, layout): what the test tier must provide."""
+        return (self.database.split("-")[0], self.pooler, self.layout)
+
+
+OPTIONS: Sequence[Sequence[str]] = (ADAPTERS, DATABASES, CACHES, ATOMIC, POOLERS, LAYOUTS)
+
+
+def valid(combination: Combination) -> bool:
+    """Django refuses ATOMIC_REQUESTS for async views; poolers are PostgreSQL's; the chooser's tier (two databases) is SQLite's and
+    PostgreSQL's, without a pooler (no tier of the suite combines the two)."""
+    if combination.atomic == "on" and combination.adapter in ASYNC_ADAPTERS:
+        return False  # Django refuses ATOMIC_REQUESTS for an async view
+    postgres = combination.database.startswith("pg")
+    if combination.pooler != "direct" and not postgres:
+        return False
+    if combination.layout == "chooser":
+        return combination.pooler == "direct" and combination.database != "mariadb"
+    return True
+
+
+def product() -> list[Combination]:
+    return [c for c in itertools.starmap(Combination, itertools.product(*OPTIONS)) if valid(c)]
+
+
+def _pairs(combination: Combination) -> set[tuple[int, str, int, str]]:
+    values = [getattr(combination, f.name) for f in fields(combination)]
+    return {(i, a, j, b) for (i, a), (j, b) in itertools.combinations(enumerate(values), 2)}
+
+
+# Where the greedy choice starts: the commonest production shapes, so they are always run.
+SEEDS = (
+    Combination("drf", "pg-lock", "redis", "on", "direct", "one"),
+    Combination("ninja-async", "pg-lease", "none", "off", "direct", "one"),
+    Combination("function", "pg-lease", "redis", "on", "direct", "one"),
+)
+
+
+def pairwise() -> list[Combination]:
+    """A small set of valid combinations covering every valid pair of values."""
+    candidates = product()
+    uncovered = set().union(*(_pairs(c) for c in candidates))
+    chosen: list[Combination] = list(SEEDS)
+    for seed in SEEDS:
+        uncovered -= _pairs(seed)
+    while uncovered:
+        best = max(candidates, key=lambda c: (len(_pairs(c) & uncovered), _negated(c)))
+        chosen.append(best)
+        uncovered -= _pairs(best)
+    return sorted(chosen)
+
+
+def _negated(combination: Combination) -> tuple[int, ...]:
+    # Ties go to the earliest combination of the product: deterministic.
+    return tuple(-OPTIONS[i].index(v) for i, v in enumerate(asdict(combination).values()))
+
+
+def selected() -> list[Combination]:
+    """``IDEMPOTENCY_CONFORMANCE_MATRIX=full``: the product; else the pairwise set."""
+    return product() if os.environ.get("IDEMPOTENCY_CONFORMANCE_MATRIX") == "full" else pairwise()
+
+
+def current_tier(vendor: str, layout: str) -> tuple[str, str, str]:
+    pooler = {"pgbouncer": "pgbouncer", "psycopg": "django-pool"}.get(
+        os.environ.get("IDEMPOTENCY_TEST_POOLER", ""), "direct"
+    )
+    name = {"postgresql": "pg", "mysql": "mariadb", "sqlite": "sqlite"}[vendor]
+    return (name, pooler, layout)
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+HEADER = (
+    ".. This file is generated by ``python -m tests.conformance.matrix`` from a run's results:\n"
+    "   do not edit it by hand (tests/conformance/test_matrix.py checks it).\n\n"
+)
+
+
+def table(combinations: Iterable[Combination], results: dict[str, str]) -> str:
+    columns = ["adapter", "database", "cache", "ATOMIC_REQUESTS", "pooler", "databases", "result"]
+    rows = [[*asdict(c).values(), results.get(c.id, "not recorded")] for c in combinations]
+    lines = [
+        HEADER + ".. list-table::",
+        "   :header-rows: 1",
+        "",
+        "   * - " + "\n     - ".join(columns),
+    ]
+    lines += ["   * - " + "\n     - ".join(row) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rows_of(text: str) -> list[tuple[str, ...]]:
+    """The combinations a table lists (its first six columns)."""
+    items = [
+        line.strip().removeprefix("* ").removeprefix("- ")
+        for line in text.splitlines()
+        if line.strip().startswith(("* - ", "- "))
+    ]
+    width = 7
+    records = [tuple(items[i : i + width]) for i in range(0, len(items), width)]
+    return [r[:6] for r in records[1:]]
+
+
+def read_results(path: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        found[record["combination"]] = record["result"]
+    return found
+
+
+def main(argv: Sequence[str]) -> int:
+    results = read_results(Path(argv[0])) if argv else {}
+    TABLE.parent.mkdir(parents=True, exist_ok=True)
+    TABLE.write_text(table(pairwise(), results))
+    print(f"wrote {TABLE} ({len(pairwise())} combinations, {len(results)} results)")
+    return 0
+
+
+def record(path: str, combination: Combination, result: str) -> None:
+    with open(path, "a") as out:
+        out.write(json.dumps({"combination": combination.id, "result": result}) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

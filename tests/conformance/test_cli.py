@@ -1,0 +1,115 @@
+"""``python -m idempotency_django.conformance URL``: black-box, over real HTTP (httpx).
+
+The toys are served by Django's live server thread (a threaded WSGI server in this
+process): the runner sees only HTTP. It fails one with no protection, one whose
+check-then-act lets a storm double-charge, and one behind a "proxy" dropping the
+key; its exit status and JSON say so (it passes the served sample project:
+test_sample_served.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from idempotency_django.conformance.cli import main, parser
+from idempotency_django.conformance.scenarios import Answer, Options, Run, diagnose
+
+# The runner's judgement does not depend on the database: one tier runs it (CI's time);
+# the matrix (test_matrix.py) runs the protected views on every database.
+ON_SQLITE = pytest.mark.skipif(
+    not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"),
+    reason="the runner's judgement of toys runs on the SQLite tier",
+)
+
+pytestmark = [
+    ON_SQLITE,
+    pytest.mark.urls("tests.conformance.urls"),
+    pytest.mark.usefixtures("hooks_on"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _verdicts(path: Path) -> dict[str, str]:
+    data = json.loads(path.read_text())
+    return {s["name"]: s["verdict"] for s in data["scenarios"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "failing"),
+    [("/toys/unprotected/", "replay"), ("/toys/check-then-act/", "storm")],
+)
+def test_a_broken_endpoint_fails_and_exits_1(
+    http_server: str, tmp_path: Path, path: str, failing: str
+) -> None:
+    out = tmp_path / "results.json"
+    assert main([http_server + path, "--json", str(out)]) == 1
+    verdicts = _verdicts(out)
+    assert verdicts[failing] == "fail"
+    assert verdicts["other-caller"] == "not run"
+
+
+def test_the_module_runs_as_a_command(http_server: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "idempotency_django.conformance",
+            f"{http_server}/toys/unprotected/",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL     replay" in done.stdout
+
+
+def test_a_dropped_key_header_is_named_in_the_evidence(http_server: str, tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    assert main([f"{http_server}/toys/drops-key/", "--json", str(out)]) == 1
+    (replay,) = (s for s in json.loads(out.read_text())["scenarios"] if s["name"] == "replay")
+    assert replay["verdict"] == "fail"
+    assert "a proxy or load balancer dropped it" in replay["evidence"][0]
+
+
+def test_the_other_hints_name_their_cause() -> None:
+    run = Run(None, Options())  # type: ignore[arg-type]
+    refused = Answer(401, {}, b"{}")
+    assert "credentials" in diagnose(refused, run)
+    assert "--id-field" in diagnose(Answer(201, {}, b'{"pk": 1}'), run)
+    assert "did not answer" in diagnose(Answer(0, {}, b"", "ConnectError"), run)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["http://x/", "--header", "no colon"],
+        ["http://x/", "--body", "[1]"],
+        ["http://x/", "--body", "{"],
+    ],
+)
+def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args(argv)
+    assert exit_.value.code == 2
+
+
+def test_python_dash_m_calls_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["conformance", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("idempotency_django.conformance", run_name="__main__")
+    assert exit_.value.code == 0
+    assert "--other-caller-header" in capsys.readouterr().out
