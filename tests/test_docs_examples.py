@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.test import RequestFactory
 
+from idempotency_django.checks import check_sqlite_options
 from tests.helpers import new_key
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -130,3 +131,40 @@ def test_the_webhook_recipe_runs_as_shown(settings: Any) -> None:
         headers={"X-Signature": sign(body)},
     )
     assert provider_webhook(request).status_code == 200
+
+
+def _run_settings_snippet(engine: str) -> dict[str, Any]:
+    """docs/examples/settings_snippet.py appended to a project on ``engine``: its DATABASES."""
+    namespace: dict[str, Any] = {
+        "INSTALLED_APPS": ["django.contrib.admin"],
+        "DATABASES": {"default": {"ENGINE": engine, "NAME": "mysite"}},
+    }
+    snippet = DOCS / "examples" / "settings_snippet.py"
+    exec(compile(snippet.read_text(), str(snippet), "exec"), namespace)
+    return dict(namespace["DATABASES"])
+
+
+@pytest.mark.parametrize("engine", ["django.db.backends.postgresql", "django.db.backends.mysql"])
+def test_the_quick_start_settings_give_no_sqlite_option_to_another_database(engine: str) -> None:
+    """0.3: the snippet set SQLite's options on every database: on PostgreSQL
+    ``makemigrations`` failed with ``invalid connection option "transaction_mode"``."""
+    databases = _run_settings_snippet(engine)
+    assert "OPTIONS" not in databases["default"]
+    assert check_sqlite_options("default", engine, databases["default"].get("OPTIONS")) == []
+
+
+def test_the_quick_start_settings_keep_the_sqlite_options_on_sqlite() -> None:
+    options = _run_settings_snippet("django.db.backends.sqlite3")["default"]["OPTIONS"]
+    assert options == {"transaction_mode": "IMMEDIATE", "timeout": 20}
+
+
+def test_the_quick_starts_server_databases_pass_e085() -> None:
+    """The PostgreSQL and MariaDB ``DATABASES`` the quick start shows, as shown."""
+    blocks = [b for b in _code_blocks("quickstart.rst") if "DATABASES = {" in b]
+    assert len(blocks) == 2, "docs/quickstart.rst shows a DATABASES per server"
+    for block in blocks:
+        namespace: dict[str, Any] = {}
+        exec(compile(block, "docs/quickstart.rst", "exec"), namespace)
+        default = namespace["DATABASES"]["default"]
+        assert default["ENGINE"].rpartition(".")[2] in {"postgresql", "mysql"}
+        assert check_sqlite_options("default", default["ENGINE"], default.get("OPTIONS")) == []
