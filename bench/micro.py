@@ -15,7 +15,6 @@ import uuid
 from datetime import timedelta
 from types import ModuleType
 
-from bench import cache_before
 from bench.measure import Sample, timed
 from bench.receivers import Receivers
 from idempotency_django import cache, signals
@@ -45,7 +44,6 @@ FIELDS = {
 
 def cache_samples(alias: str) -> dict[str, Sample]:
     return {
-        "ops_cache_before": _cache_ops(cache_before, alias),
         "ops_cache_now": _cache_ops(cache, alias),
         "ops_cache_now_get": lambda: timed(lambda: cache.get(alias, "", str(uuid.uuid4()))),
     }
