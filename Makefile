@@ -55,7 +55,7 @@ test: services install
 	@failed=""; for tier in $(TIERS); do $(MAKE) $$tier SERVICES=$(SERVICES) || failed="$$failed $$tier"; done; \
 	$(PY) -m coverage combine -q; $(PY) -m coverage report; covered=$$?; \
 	if [ -n "$$failed" ]; then echo "make test: these tiers failed:$$failed" >&2; exit 1; fi; \
-	if [ $$covered -ne 0 ]; then echo "make test: coverage is under its gate (pyproject.toml fail_under)" >&2; fi; \
+	if [ $$covered -ne 0 ]; then echo "make test: the coverage report failed (under its gate, pyproject.toml fail_under, or no data)" >&2; fi; \
 	exit $$covered
 
 # The quick local run: SQLite only, no service needed (tests needing one skip, saying
