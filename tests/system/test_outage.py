@@ -25,7 +25,8 @@ from tests.system.harness import (
 )
 from tests.system.scenarios import summary
 
-pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
+# A storm's length is the machine's throughput: the timeout only bounds a broken run.
+pytestmark = [pytest.mark.system, pytest.mark.requires_postgres, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from tests.system.chaos import StormPlan, Verdict, judge, storm
 from tests.system.harness import Monkey, SampleServer, ScratchDatabase
 from tests.system.scenarios import summary
 
-pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
+# A storm's length is the machine's throughput: the timeout only bounds a broken run.
+pytestmark = [pytest.mark.system, pytest.mark.requires_postgres, pytest.mark.timeout(1800)]
 
 
 def test_storm_commits_each_key_exactly_once(
