@@ -7,19 +7,31 @@ MARIADB_URL ?= mysql://root@127.0.0.1:3306/idempotency
 PORT ?= 8000
 export PG_URL MARIADB_URL
 
-.PHONY: install services run test test-sqlite test-postgres test-mariadb lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
+# setuptools announces every editable install of a flat layout with a boxed "Editable
+# installation" notice (folders named like the package may shadow it: here the package is
+# the folder), which pip >= 25 shows even under -q; it reads like an error, so it is hidden.
+PIP := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip
+
+# A .venv made by another Python (3.10, or python3 upgraded since) is made again from
+# scratch: pip would refuse the package there ("requires a different Python").
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_STALE := $(if $(VENV_VERSION),$(filter-out $(PYTHON_VERSION),$(VENV_VERSION)))
+NEW_VENV := $(PYTHON) -m venv $(if $(VENV_STALE),--clear )$(VENV)
+
+.PHONY: FORCE install services run test test-sqlite test-postgres test-mariadb lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
 
 # mysqlclient (the dev group's MySQL driver) builds against Debian's libmariadb-dev: as root,
 # tests/services/up.sh installs it first.
-$(VENV)/.installed: pyproject.toml
-	bash tests/services/up.sh packages && $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group dev && touch $@
+$(VENV)/.installed: pyproject.toml $(if $(VENV_STALE),FORCE)
+	bash tests/services/up.sh packages && $(NEW_VENV) && $(PIP) install -q --upgrade pip && $(PIP) install -q -e . --group dev && touch $@
 
 install: $(VENV)/.installed
 
 # The sample's own dependencies only (the `sample` group, not the linters and stubs of `dev`).
-$(VENV)/.sample: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e . --group sample && touch $@
+$(VENV)/.sample: pyproject.toml $(if $(VENV_STALE),FORCE)
+	$(if $(VENV_STALE),$(NEW_VENV),test -x $(PY) || $(NEW_VENV))
+	$(PIP) install -q --upgrade pip && $(PIP) install -q -e . --group sample && touch $@
 
 run: $(VENV)/.sample
 	$(PY) manage.py migrate --noinput && $(PY) sample_project/hint.py $(PORT) && $(PY) manage.py runserver 127.0.0.1:$(PORT)
@@ -34,8 +46,17 @@ SERVICES ?= required
 services:
 	SERVICES=$(SERVICES) bash tests/services/up.sh
 
+# Every tier runs, whichever failed before it; then the coverage report of them all, and
+# the run fails naming each tier that failed.
+TIERS := test-sqlite test-postgres test-mariadb test-multidb test-poolers
+
 test: services install
-	$(PY) -m coverage erase && $(MAKE) test-sqlite test-postgres test-mariadb test-multidb test-poolers SERVICES=$(SERVICES) && $(PY) -m coverage combine -q && $(PY) -m coverage report
+	$(PY) -m coverage erase
+	@failed=""; for tier in $(TIERS); do $(MAKE) $$tier SERVICES=$(SERVICES) || failed="$$failed $$tier"; done; \
+	$(PY) -m coverage combine -q; $(PY) -m coverage report; covered=$$?; \
+	if [ -n "$$failed" ]; then echo "make test: these tiers failed:$$failed" >&2; exit 1; fi; \
+	if [ $$covered -ne 0 ]; then echo "make test: the coverage report failed (under its gate, pyproject.toml fail_under, or no data)" >&2; fi; \
+	exit $$covered
 
 # The quick local run: SQLite only, no service needed (tests needing one skip, saying
 # why), unless SERVICES is given on the command line, as `make test` does.
@@ -106,6 +127,8 @@ test-poolers: install
 	tests/services/pgbouncer.sh start
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=pgbouncer $(PY) -m coverage run -p -m pytest --ds tests.pooled.settings $(POOLED_TESTS); status=$$?; tests/services/pgbouncer.sh stop; exit $$status
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_POOLER=psycopg $(PY) -m coverage run -p -m pytest --ds tests.pooled.settings $(POOLED_TESTS)
+
+FORCE:
 
 clean:
 	rm -rf $(VENV) .tox dist build .coverage .coverage.* .mypy_cache .ruff_cache .hypothesis sample_project/db.sqlite3

@@ -276,7 +276,6 @@ def _prepared(report: Report, s: dict[str, Series]) -> None:
 
 def _cache(report: Report, s: dict[str, Series]) -> None:
     costs = {
-        "before": ("lock_cached_before", "main's cache.py (django-redis API, pickle)"),
         "now": ("lock_cached", "now (raw redis-py client, compact, SET PX)"),
         "generic": ("lock_cached_generic", "now, generic path (Django's RedisCache)"),
     }
@@ -284,22 +283,14 @@ def _cache(report: Report, s: dict[str, Series]) -> None:
         report.timing(
             CACHE, f"cache_cost_{name}", f"cache's cost, {label}", _minus(s[case], s["lock"])
         )
-    saved = _minus(s["lock_cached_before"], s["lock_cached"])
-    report.timing(CACHE, "cache_saved", "saved (before - now)", saved)
     ops = "alone: GET (miss) + SET of one answer"
-    report.timing(CACHE, "ops_cache_before", f"{ops}, main's cache.py", s["ops_cache_before"])
     report.timing(CACHE, "ops_cache_now", f"{ops}, now", s["ops_cache_now"])
     get = "alone: the GET a WSGI client waits for, now (SET after the response)"
     report.timing(CACHE, "ops_cache_now_get", get, s["ops_cache_now_get"])
     report.timing(CACHE, "added_lock_nocache", "lock: added latency, no cache", _added(s, "lock"))
-    for case, label in (("lock_cached", "now"), ("lock_cached_before", "main's cache.py")):
-        added = _minus(s[case], s["unprotected"])
-        report.timing(CACHE, f"added_{case}", f"lock: added latency, cache {label}", added)
-    for suffix, label in (
-        ("", "now"),
-        ("_before", "main's cache.py"),
-        ("_generic", "generic path"),
-    ):
+    added = _minus(s["lock_cached"], s["unprotected"])
+    report.timing(CACHE, "added_lock_cached", "lock: added latency, cache now", added)
+    for suffix, label in (("", "now"), ("_generic", "generic path")):
         name = f"replay_redis{suffix}"
         report.timing(CACHE, f"{name}_cache", f"replay from Redis, {label}", s[name])
 
@@ -414,12 +405,9 @@ def _over_http(url: str, args: argparse.Namespace, report: Report, redis: bool) 
         report.timing(HTTP, name, f"{protocol}: replay from PostgreSQL", s[name])
     if redis:
         report.timing(HTTP, "http_replay_redis", "replay from Redis", s["http_replay_redis"])
-        before = s["http_replay_redis_before"]
-        report.timing(HTTP, "http_replay_redis_before", "  with main's cache.py", before)
-        for case, label in (("", "now"), ("_before", "main's cache.py")):
-            cost = _minus(s[f"http_lock_cached{case}"], s["http_lock"])
-            name = f"lock: the replay cache's cost on a first execution, {label}"
-            report.timing(HTTP, f"http_cache_cost{case}", name, cost)
+        cost = _minus(s["http_lock_cached"], s["http_lock"])
+        name = "lock: the replay cache's cost on a first execution, now"
+        report.timing(HTTP, "http_cache_cost", name, cost)
     for protocol in PROTOCOLS:
         name = f"http_conflict_{protocol}"
         report.timing(HTTP, name, f"{protocol}: 409, the key held by a request in flight", s[name])

@@ -80,7 +80,7 @@ class Sequential:
     def __init__(self, client: Client, with_redis: bool) -> None:
         self.client = client
         self.completed = {protocol: self._first(f"/{protocol}/") for protocol in PROTOCOLS}
-        paths = ("/cached/", "/cached-before/") if with_redis else ()
+        paths = ("/cached/",) if with_redis else ()
         self.cached = {path: self._first(path) for path in paths}
         self.holders = {
             protocol: Holder(f"/held/{protocol}/", self._held) for protocol in PROTOCOLS
@@ -147,9 +147,7 @@ def sequential(
     }
     if with_redis:
         samples["http_lock_cached"] = cases.first("/cached/")
-        samples["http_lock_cached_before"] = cases.first("/cached-before/")
         samples["http_replay_redis"] = cases.replay_redis("/cached/")
-        samples["http_replay_redis_before"] = cases.replay_redis("/cached-before/")
     try:
         return sweep(samples, rounds, per_round, warmup=10)
     finally:

@@ -287,9 +287,7 @@ def _cache_cases(requests: Requests) -> dict[str, Sample]:
     return {
         **micro.cache_samples("replay"),
         "lock_cached": requests.first("/cached/"),
-        "lock_cached_before": requests.first("/cached-before/"),
         "lock_cached_generic": requests.first("/cached-generic/"),
         "replay_redis": requests.replay_redis("/cached/"),
-        "replay_redis_before": requests.replay_redis("/cached-before/"),
         "replay_redis_generic": requests.replay_redis("/cached-generic/"),
     }

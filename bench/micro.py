@@ -16,7 +16,6 @@ import uuid
 from datetime import timedelta
 from types import ModuleType
 
-from bench import cache_before
 from bench.measure import Sample, timed
 from bench.receivers import Receivers
 from idempotency_django import cache, signals
@@ -49,7 +48,6 @@ FIELDS = {
 
 def cache_samples(alias: str) -> dict[str, Sample]:
     return {
-        "ops_cache_before": _cache_ops(cache_before, alias),
         "ops_cache_now": _cache_ops(cache, alias, "default"),
         "ops_cache_now_get": lambda: timed(
             lambda: cache.get(alias, "default", "", str(uuid.uuid4()))
@@ -72,7 +70,7 @@ def _cache_ops(module: ModuleType, alias: str, *database: str) -> Sample:
                 "",
                 key,
                 "f" * 64,
-                ANSWER if module is cache_before else SEALED,
+                SEALED,
                 TTL,
             )
 

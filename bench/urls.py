@@ -8,7 +8,6 @@ urlpatterns: list[URLPattern] = [
     path("lock/", views.lock),
     path("lease/", views.lease),
     path("cached/", views.lock_cached),
-    path("cached-before/", views.cached_before),
     path("cached-generic/", views.lock_cached_generic),
     path("prepared/unprotected/", views.unprotected_prepared),
     path("prepared/lock/", views.lock_prepared),

@@ -15,9 +15,8 @@ from pathlib import Path
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from bench import cache_before
 from bench.settings import OUTBOX
-from idempotency_django import cache, core, idempotent
+from idempotency_django import idempotent
 from tests.testapp.models import Charge
 
 # How long a held request waits for its release file at most (bench.inprocess, bench.http_cases).
@@ -76,18 +75,6 @@ lock = idempotent(protocol="lock")(business)
 lease = idempotent(protocol="lease")(business)
 lock_cached = idempotent(protocol="lock", cache="replay")(business)
 lock_cached_generic = idempotent(protocol="lock", cache="replay_generic")(business)
-
-
-def cached_before(request: HttpRequest) -> HttpResponse:
-    """``lock_cached`` served with main's cache.py (bench.cache_before) swapped in.
-
-    For this request only: a sync worker (or the test client) serves one at a time.
-    """
-    setattr(core, "cache", cache_before)  # noqa: B010  (the same public functions)
-    try:
-        return lock_cached(request)
-    finally:
-        setattr(core, "cache", cache)  # noqa: B010
 
 
 lock_prepared = idempotent(protocol="lock", database="prepared")(_prepared_business)

@@ -486,6 +486,40 @@ def check_outbox_max_attempts(value: Any) -> list[CheckMessage]:
     )
 
 
+# What Django's SQLite backend takes from OPTIONS and no other backend does: psycopg refuses
+# them ("invalid connection option"), mysqlclient too (TypeError), at the first connection.
+SQLITE_ONLY_OPTIONS = ("transaction_mode", "timeout", "detect_types", "check_same_thread", "uri")
+_REFUSING_ENGINES = {"postgresql": "PostgreSQL", "postgis": "PostgreSQL", "mysql": "MySQL/MariaDB"}
+
+
+def check_sqlite_options(alias: str, engine: str, options: Any) -> list[CheckMessage]:
+    """SQLite's options (the quick start's development snippet) on another database."""
+    server = _REFUSING_ENGINES.get(engine.rpartition(".")[2])
+    found = [name for name in SQLITE_ONLY_OPTIONS if isinstance(options, dict) and name in options]
+    if server is None or not found:
+        return []
+    names = ", ".join(repr(name) for name in found)
+    return _error(
+        "E085",
+        f"DATABASES[{alias!r}]['OPTIONS'] has SQLite's {names}, but {alias!r} is {server} "
+        f"({engine}), which refuses them at its first connection.",
+        "Remove them from this database's OPTIONS: they are SQLite's (the quick start sets "
+        "them only when the ENGINE is django.db.backends.sqlite3).",
+    )
+
+
+@register(Tags.compatibility)
+def check_database_options(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Every alias's OPTIONS against its engine (``manage.py check`` would pass otherwise)."""
+    messages: list[CheckMessage] = []
+    for alias, database in settings.DATABASES.items():
+        engine = str(database.get("ENGINE", ""))
+        messages += check_sqlite_options(alias, engine, database.get("OPTIONS"))
+    return messages
+
+
 _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_HEADER", check_header),
     ("IDEMPOTENCY_REQUIRED", check_required),

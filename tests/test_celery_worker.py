@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.models.functions import Now
 
-from idempotency_django.calls import namespaced
+from idempotency_django.calls import idempotent_call, namespaced
 from idempotency_django.fingerprint import arguments_digest, keyed
+from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store import lease
 from idempotency_django.store.sql import Claim, Target
 from tests import celery_harness
 from tests.helpers import charges
+from tests.system.harness import TcpProxy
 
 pytestmark = [
     pytest.mark.requires_postgres,
@@ -98,22 +102,27 @@ def test_a_redelivery_meeting_a_crashed_lease_waits_past_max_retries_and_commits
     worker: celery_harness.Worker, names: tuple[str, str]
 ) -> None:
     task_id, reference = names
-    # What a worker SIGKILLed mid-task leaves under "lease": its committed claim, held 4 s.
+    # What a worker SIGKILLed mid-task leaves under "lease": its committed claim. Its lease
+    # ends when the test says so (after two waits), not after some seconds: the count of
+    # waits then depends on no machine's speed.
     arguments = {"reference": reference, "amount": 100, "mode": "retry_once"}
+    key = namespaced("tests.charge_leased", task_id)
     target = Target(
         "default",
         "",
-        namespaced("tests.charge_leased", task_id),
+        key,
         keyed(arguments_digest(arguments)).current,
-        timedelta(seconds=4),
+        timedelta(hours=1),
         timedelta(hours=1),
         None,
     )
     assert isinstance(lease.claim(target, False), Claim)
     send(worker, task_id, reference, 100, "retry_once", name="tests.charge_leased")
+    worker.wait_for(lambda: worker.finished(task_id, "RETRY") >= 2, "two waits for the lease")
+    assert IdempotencyEntry.objects.filter(key=key).update(locked_until=Now()) == 1
     worker.wait_for(lambda: worker.finished(task_id) >= 1, "the run after the lease passed")
     report("crashed lease", worker, task_id, reference)
-    # max_retries=1, yet the waits (1 + 2 + 4 s) and the body's own retry all happened.
+    # max_retries=1, yet the waits (1 + 2 s) and the body's own retry all happened.
     assert worker.finished(task_id, "RETRY") >= 3
     assert "Retry in 2.0s" in worker.log.read_text()  # the waits back off across messages
     assert worker.runs(reference) == 2
@@ -194,3 +203,48 @@ def test_the_result_round_trips_through_a_replay(
     }
     assert worker.runs(reference) == 1
     assert charges(reference) == 1
+
+
+def _settled(worker: celery_harness.Worker, task_id: str) -> bool:
+    return any(
+        worker.finished(task_id, state) for state in ("SUCCESS", "FAILURE", "IGNORED", "REJECTED")
+    )
+
+
+def test_a_drop_task_whose_inner_call_is_busy_fails_instead_of_vanishing(
+    tmp_path: Path,
+) -> None:
+    """0.2.0: the inner RequestInProgress was taken for the task's own key: IGNORED."""
+    reference, task_id = f"nest-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
+    with celery_harness.start_worker(tmp_path, "redis") as worker:
+        # The inner key in flight elsewhere (its advisory lock held, or its lease running).
+        with idempotent_call(f"inner-{reference}", scope="tests.inner") as held:
+            worker.app.send_task("tests.outer_drop", args=[reference], task_id=task_id)
+            worker.wait_for(lambda: _settled(worker, task_id), "the outer delivery")
+            held.result = "held"
+        assert worker.finished(task_id, "FAILURE") == 1, worker.lines("finished")
+        assert "NestedRefusal" in worker.text()
+        assert worker.runs(f"outer:{reference}") == 1
+        assert charges(f"outer:{reference}") == 0  # rolled back; the outer key is free again
+
+
+def test_a_database_outage_sends_the_delivery_again(tmp_path: Path) -> None:
+    """0.2.0: StoreUnavailable failed the delivery and acknowledged it: the charge was lost."""
+    reference, task_id = f"dbdown-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
+    proxy = TcpProxy(int(connection.settings_dict.get("PORT") or 5432))
+    database = celery_harness.database_url().replace(
+        f":{connection.settings_dict.get('PORT') or 5432}/", f":{proxy.port}/"
+    )
+    try:
+        proxy.cut()  # the worker's database is unreachable
+        with celery_harness.start_worker(tmp_path, "redis", database=database) as worker:
+            worker.app.send_task("tests.charge", args=[reference, 5], task_id=task_id)
+            worker.wait_for(lambda: worker.deliveries(task_id) >= 1, "the first delivery")
+            worker.wait_for(lambda: bool(worker.lines("finished")), "its end")
+            proxy.restore()
+            worker.wait_for(lambda: _settled(worker, task_id), "the delivery after the outage")
+            assert worker.finished(task_id, "SUCCESS") == 1, worker.lines("finished")
+            assert worker.deliveries(task_id) >= 2
+            assert charges(reference) == 1
+    finally:
+        proxy.close()

@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client
-from django.utils import timezone
 
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store.lease import take_over
 from idempotency_django.store.sql import Target
+from tests import gates
 from tests.helpers import charges, new_key, post, race
-from tests.lock_helpers import writer_of_charges
+from tests.lock_helpers import query, wait_for, writer_of_charges
 
 pytestmark = [pytest.mark.requires_server, pytest.mark.django_db(transaction=True)]
 
@@ -114,42 +115,56 @@ def test_exceptions_under_concurrency_leave_no_business_row() -> None:
 
 
 def test_request_outliving_its_lease_is_never_executed_twice(protocol: str) -> None:
-    """Lease 0.5 s, the view sleeps 2 s: a duplicate and a takeover arrive after the lease.
+    """Lease 0.5 s, the view held at its gate past it: a duplicate and a takeover arrive after
+    the lease.
 
     Under "lease" the claim is a committed row whose lease has passed while its
     transaction still holds the row lock; under "lock" no row is visible at all
     until the answer commits. Either way nobody may run the key a second time.
     """
     key = new_key()
-    body = {"amount": 100, "sleep": 2.0}
+    body = {"amount": 100, "hold": True}
     first: list[Any] = []
-    slow = threading.Thread(target=_in_thread, args=(first, "/charges/short-lease/", key, body))
-    slow.start()
-    _wait_in_flight(key, protocol)
-    time.sleep(0.8)  # the lease (0.5 s) has now passed; the request still runs
-    entry = IdempotencyEntry.objects.filter(key=key).first()
-    if protocol == "lease":
-        assert entry is not None
-        assert entry.status == IdempotencyEntry.Status.IN_PROGRESS
-        assert entry.locked_until < timezone.now()
-    else:
-        assert entry is None, "the lock protocol's claim is visible before its commit"
-    fingerprint = entry.fingerprint if entry is not None else ""
-    duplicate = _send("/charges/short-lease/", key, body)
-    takeover = take_over(
-        Target("default", "", key, fingerprint, timedelta(seconds=0.5), timedelta(hours=1))
-    )
-    still_running = slow.is_alive()
-    slow.join(30)
+    with gates.armed(key) as gate:
+        slow = threading.Thread(target=_in_thread, args=(first, "/charges/short-lease/", key, body))
+        slow.start()
+        gate.wait_arrival()
+        _wait_lease_passed(key, protocol)
+        entry = IdempotencyEntry.objects.filter(key=key).first()
+        if protocol == "lease":
+            assert entry is not None
+            assert entry.status == IdempotencyEntry.Status.IN_PROGRESS
+        else:
+            assert entry is None, "the lock protocol's claim is visible before its commit"
+        fingerprint = entry.fingerprint if entry is not None else ""
+        duplicate = _send("/charges/short-lease/", key, body)
+        takeover = take_over(
+            Target("default", "", key, fingerprint, timedelta(seconds=0.5), timedelta(hours=1))
+        )
+        assert slow.is_alive()  # held at its gate: the duplicate met a running request
+    slow.join(300)
     assert first[0].status_code == 201, (
         f"the request outliving its lease got {first[0].status_code}"
     )
-    assert still_running, "the first request ended before the duplicate: nothing was tested"
     assert duplicate.status_code == 409
     assert takeover is None
     assert charges(key) == 1
     replay = _send("/charges/short-lease/", key, body)
     assert replay.content == first[0].content
+
+
+def _wait_lease_passed(key: str, protocol: str, lease: float = 0.5) -> None:
+    """Until the database's clock is past the held request's lease ("lease": its row's
+    ``locked_until``; "lock", no row: its transaction's start plus the lease)."""
+    if protocol == "lease":
+        passed = IdempotencyEntry.objects.filter(key=key, locked_until__lt=Now())
+        wait_for(passed.exists, 300, "the lease's end")
+        return
+    (started,) = query(
+        "SELECT xact_start FROM pg_stat_activity WHERE pid = %s", (writer_of_charges(),)
+    )[0]
+    moment = started + timedelta(seconds=lease)
+    wait_for(lambda: query("SELECT clock_timestamp() > %s", (moment,))[0][0], 300, "lease end")
 
 
 def test_duplicate_with_other_payload_while_in_flight(protocol: str) -> None:

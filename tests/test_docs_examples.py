@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.util
 import json
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import RequestFactory
+from asgiref.sync import async_to_sync
+from django.core.management import call_command
+from django.test import AsyncClient, Client, RequestFactory
 
+from idempotency_django.checks import check_sqlite_options
+from sample_project.payments.models import Charge as SampleCharge
+from tests import dj_tasks
 from tests.helpers import new_key
+from tests.testapp.models import Charge
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -130,3 +139,110 @@ def test_the_webhook_recipe_runs_as_shown(settings: Any) -> None:
         headers={"X-Signature": sign(body)},
     )
     assert provider_webhook(request).status_code == 200
+
+
+def _run_settings_snippet(engine: str) -> dict[str, Any]:
+    """docs/examples/settings_snippet.py appended to a project on ``engine``: its DATABASES."""
+    namespace: dict[str, Any] = {
+        "INSTALLED_APPS": ["django.contrib.admin"],
+        "DATABASES": {"default": {"ENGINE": engine, "NAME": "mysite"}},
+    }
+    snippet = DOCS / "examples" / "settings_snippet.py"
+    exec(compile(snippet.read_text(), str(snippet), "exec"), namespace)
+    return dict(namespace["DATABASES"])
+
+
+@pytest.mark.parametrize("engine", ["django.db.backends.postgresql", "django.db.backends.mysql"])
+def test_the_quick_start_settings_give_no_sqlite_option_to_another_database(engine: str) -> None:
+    """0.3: the snippet set SQLite's options on every database: on PostgreSQL
+    ``makemigrations`` failed with ``invalid connection option "transaction_mode"``."""
+    databases = _run_settings_snippet(engine)
+    assert "OPTIONS" not in databases["default"]
+    assert check_sqlite_options("default", engine, databases["default"].get("OPTIONS")) == []
+
+
+def test_the_quick_start_settings_keep_the_sqlite_options_on_sqlite() -> None:
+    options = _run_settings_snippet("django.db.backends.sqlite3")["default"]["OPTIONS"]
+    assert options == {"transaction_mode": "IMMEDIATE", "timeout": 20}
+
+
+def test_the_quick_starts_server_databases_pass_e085() -> None:
+    """The PostgreSQL and MariaDB ``DATABASES`` the quick start shows, as shown."""
+    blocks = [b for b in _code_blocks("quickstart.rst") if "DATABASES = {" in b]
+    assert len(blocks) == 2, "docs/quickstart.rst shows a DATABASES per server"
+    for block in blocks:
+        namespace: dict[str, Any] = {}
+        exec(compile(block, "docs/quickstart.rst", "exec"), namespace)
+        default = namespace["DATABASES"]["default"]
+        assert default["ENGINE"].rpartition(".")[2] in {"postgresql", "mysql"}
+        assert check_sqlite_options("default", default["ENGINE"], default.get("OPTIONS")) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tasks_pages_settings_store_tasks_for_db_worker(settings: Any) -> None:
+    """0.3: docs/django-tasks.rst showed no ``TASKS``: ``enqueue()`` ran tasks inline and
+    ``db_worker`` failed with ``Backend 'default' is not a database backend``."""
+    (block,) = [b for b in _code_blocks("django-tasks.rst") if "TASKS = " in b]
+    namespace: dict[str, Any] = {"INSTALLED_APPS": []}
+    exec(compile(block, "docs/django-tasks.rst", "exec"), namespace)
+    assert "django_tasks_db" in namespace["INSTALLED_APPS"]
+    settings.TASKS = namespace["TASKS"]
+    reference = f"docs-{new_key()}"
+    result = dj_tasks.immediate_by_key.enqueue(reference)
+    assert not Charge.objects.filter(reference=reference).exists()  # stored, not run inline
+    assert result.status == "READY"
+    call_command("db_worker", "--batch", "--interval", "0.1")  # refused without TASKS
+    assert Charge.objects.filter(reference=reference).count() == 1
+
+
+def _docs_ninja_api() -> Any:
+    """docs/examples/ninja_api.py as a module of the sample's payments app (``.models``)."""
+    name = "sample_project.payments.docs_ninja_api"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, DOCS / "examples" / "ninja_api.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_the_ninja_page_shows_an_async_operation() -> None:
+    shown = _shown("ninja.rst", DOCS / "examples" / "ninja_api.py")
+    assert "async def create_charge_async" in shown
+
+
+@pytest.fixture
+def docs_ninja_urls(settings: Any) -> None:
+    """The page's API at ``/ninja/``, as its URLconf line mounts it."""
+    from django.urls import path
+
+    name = "tests.docs_ninja_urls"
+    if name not in sys.modules:
+        urls = types.ModuleType(name)
+        urls.urlpatterns = [path("ninja/", _docs_ninja_api().api.urls)]  # type: ignore[attr-defined]
+        sys.modules[name] = urls
+    settings.ROOT_URLCONF = name
+    settings.PAYMENTS_API_KEYS = {"key-alice"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ninja/charges", "/ninja/async/charges"])
+@pytest.mark.usefixtures("docs_ninja_urls")
+def test_the_ninja_pages_operations_run_once_and_replay_as_shown(path: str) -> None:
+    """0.3: the page promised ``async def`` operations and showed none."""
+    headers = {"X-API-Key": "key-alice", "Idempotency-Key": new_key()}
+    body = json.dumps({"amount": 7})
+
+    def send() -> Any:
+        post = async_to_sync(AsyncClient().post) if "/async/" in path else Client().post
+        return post(path, body, content_type="application/json", headers=headers)
+
+    first, second = send(), send()
+    assert (first.status_code, second.status_code) == (201, 201), first.content
+    assert second.content == first.content
+    assert second["Idempotent-Replayed"] == "true"
+    charge = SampleCharge.objects.get(pk=json.loads(first.content)["id"])
+    assert charge.amount == 7
+    assert charge.provider_key

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from idempotency_django import purge
 from idempotency_django.models import IdempotencyEntry
+from tests import gates
 from tests.conftest import close_connections_after
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post
@@ -177,40 +178,45 @@ def test_a_reclaimed_key_behaves_as_new() -> None:
     assert charges(key) == 1
 
 
-def _start_slow_request(key: str, results: list[Any]) -> threading.Thread:
-    """POST to the 0.5 s-lease view, which sleeps 2 s after its write, on a real thread."""
+HELD = {"hold": True}  # the view waits at the test's gate after its write (tests.gates)
+
+
+def _start_held_request(key: str, results: list[Any]) -> threading.Thread:
+    """POST to the 0.5 s-lease view, on a real thread; it waits at ``key``'s gate."""
 
     def request() -> None:
-        results.append(post(Client(), "/charges/short-lease/", key, {"sleep": 2.0}))
+        results.append(post(Client(), "/charges/short-lease/", key, HELD))
 
     thread = threading.Thread(target=close_connections_after(request))
     thread.start()
     return thread
 
 
-def _wait_until_lease_passed(key: str, timeout: float = 10) -> IdempotencyEntry:
-    deadline = time.monotonic() + timeout
+def _wait_until_lease_passed(key: str, within: float = 300) -> IdempotencyEntry:
+    """Until the claim's lease has passed (polled; ``within`` only bounds a broken run)."""
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         entry = IdempotencyEntry.objects.filter(key=key, status=Status.IN_PROGRESS).first()
         if entry is not None and entry.locked_until < timezone.now() - timedelta(seconds=0.1):
             return entry
         time.sleep(0.05)
-    raise AssertionError("the slow request never held a claim past its lease")
+    raise AssertionError("the held request never held a claim past its lease")
 
 
-def _while_request_runs(key: str, check: Callable[[IdempotencyEntry], None]) -> tuple[Any, bool]:
-    """Run ``check`` once the request's lease has passed; its response, and whether it
-    was still running when ``check`` returned."""
+def _while_request_runs(key: str, check: Callable[[IdempotencyEntry], None]) -> Any:
+    """Run ``check`` while the request waits at its gate, its lease passed; its response."""
     results: list[Any] = []
-    thread = _start_slow_request(key, results)
-    try:
-        entry = _wait_until_lease_passed(key)
-        assert thread.is_alive(), "the request finished before the checks: they prove nothing"
-        check(entry)
-        still_running = thread.is_alive()
-    finally:
-        thread.join(30)
-    return results[0], still_running
+    with gates.armed(key) as gate:
+        thread = _start_held_request(key, results)
+        try:
+            gate.wait_arrival()
+            entry = _wait_until_lease_passed(key)
+            check(entry)
+            assert thread.is_alive()  # held at its gate: the checks met a running request
+        finally:
+            gate.released.set()
+            thread.join(300)
+    return results[0]
 
 
 @pytest.mark.requires_server
@@ -225,10 +231,9 @@ def test_a_claim_held_by_a_running_request_is_neither_deleted_nor_reclaimed() ->
         assert purge.release([entry.pk]) == 0
         assert IdempotencyEntry.objects.filter(pk=entry.pk, owner=entry.owner).exists()
 
-    response, still_running = _while_request_runs(key, check)
-    assert still_running, "the checks outlasted the request: they proved nothing"
+    response = _while_request_runs(key, check)
     assert response.status_code == 201
-    replay = post(Client(), "/charges/short-lease/", key, {"sleep": 2.0})
+    replay = post(Client(), "/charges/short-lease/", key, HELD)
     assert replay["Idempotent-Replayed"] == "true"
     assert replay.content == response.content
     assert charges(key) == 1
@@ -240,14 +245,23 @@ def test_on_sqlite_a_purge_waits_for_the_running_request_then_keeps_its_answer()
         pytest.skip("SQLite serialises writers; servers are covered by the SKIP LOCKED test")
     key = new_key()
 
-    def check(entry: IdempotencyEntry) -> None:
-        # Blocks on the request's write lock: by then its entry is final.
-        assert purge.purge() == purge.PurgeResult(0, 0)
-
-    response, still_running = _while_request_runs(key, check)
-    assert not still_running
-    assert response.status_code == 201
-    assert post(Client(), "/charges/short-lease/", key, {"sleep": 2.0}).status_code == 201
+    results: list[Any] = []
+    purged: list[purge.PurgeResult] = []
+    with gates.armed(key) as gate:
+        thread = _start_held_request(key, results)
+        gate.wait_arrival()
+        _wait_until_lease_passed(key)
+        # SQLite serialises writers: the purge waits for the request's write lock, whenever
+        # it runs, and by then the entry is final.
+        purger = threading.Thread(
+            target=close_connections_after(lambda: purged.append(purge.purge()))
+        )
+        purger.start()
+    thread.join(300)
+    purger.join(300)
+    assert purged == [purge.PurgeResult(0, 0)]
+    assert results[0].status_code == 201
+    assert post(Client(), "/charges/short-lease/", key, HELD).status_code == 201
     assert IdempotencyEntry.objects.get(key=key).status == Status.COMPLETED
     assert charges(key) == 1
 

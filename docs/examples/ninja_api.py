@@ -41,3 +41,13 @@ def create_charge(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
         amount=payload.amount, provider_key=request.idempotency.derive("provider")
     )
     return Status(201, charge)
+
+
+@api.post("/async/charges", response={201: ChargeOut})
+@idempotent  # the same decorator on an async operation
+async def create_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[Any]:
+    # Awaited ORM calls run inside the claim's transaction, as the sync operation's do.
+    charge = await Charge.objects.acreate(
+        amount=payload.amount, provider_key=request.idempotency.derive("provider")
+    )
+    return Status(201, charge)

@@ -5,6 +5,8 @@ INSTALLED_APPS += [
     "payments",
 ]
 
-# Development on SQLite: writers queue for the lock instead of failing
-# ("database is locked") when two requests race.
-DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+# SQLite (development, a first try): writers queue for the lock instead of failing
+# ("database is locked") when two requests race. These options are SQLite's alone:
+# PostgreSQL and MariaDB refuse them (system check idempotency_django.E085).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}

@@ -18,10 +18,12 @@ from typing import Any
 
 from tests.system.harness import (
     CHARGES,
+    MONKEY_GATE,
     SHORT_LEASE_CHARGES,
     SLOW_CHARGES,
     Answer,
     Backend,
+    Gate,
     SampleServer,
     ScratchDatabase,
     TcpProxy,
@@ -29,6 +31,7 @@ from tests.system.harness import (
     manage,
     new_keys,
     retry_until_final,
+    wait_for_clock,
 )
 
 # --- the storm ---------------------------------------------------------------------------------
@@ -44,7 +47,8 @@ class StormPlan:
     # How long one client keeps retrying 409/5xx: a few leases, whatever the load.
     patience: float = 90
     seed: int = 0
-    # Share of keys sent to the slow view, working ``work`` s after the write: the monkey's mark.
+    # Share of keys sent to the slow view, working ``work`` s after the write and passing the
+    # monkey's gate (``harness.Monkey``) in between: the monkey's mark.
     slow_share: float = 0
     work: float = 0.2
 
@@ -69,11 +73,11 @@ def storm(port: int, plan: StormPlan, prefix: str = "storm") -> dict[str, list[A
 
 def _client(port: int, key: str, plan: StormPlan, work: float, seed: str) -> list[Answer]:
     rng = random.Random(seed)
-    path = SLOW_CHARGES if work else CHARGES
-    answers = retry_until_final(port, key, plan.patience, rng, path, work)
+    path, gate = (SLOW_CHARGES, MONKEY_GATE) if work else (CHARGES, None)
+    answers = retry_until_final(port, key, plan.patience, rng, path, work, gate)
     if answers[-1].status == 201 and rng.random() < plan.late_duplicates:
-        time.sleep(rng.uniform(0, 0.5))
-        answers += retry_until_final(port, key, plan.patience, rng, path, work)
+        time.sleep(rng.uniform(0, 0.5))  # traffic's shape (a lost answer), not a synchronisation
+        answers += retry_until_final(port, key, plan.patience, rng, path, work, gate)
     return answers
 
 
@@ -82,15 +86,22 @@ def _client(port: int, key: str, plan: StormPlan, work: float, seed: str) -> lis
 
 @dataclass
 class InFlight:
-    """A slow request whose charge is written but not committed, held open by its worker."""
+    """A request whose charge is written but not committed, held at its gate until answered."""
 
     key: str
     path: str
+    gate: Gate
     answers: list[Answer] = field(default_factory=list)
     thread: threading.Thread | None = None
     backend: Backend | None = None
 
-    def answer(self, within: float = 180) -> Answer:
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def answer(self, within: float = 300) -> Answer:
+        """Open its gate and wait for its answer (``within`` only bounds a broken run)."""
+        self.gate.open()
         assert self.thread is not None
         self.thread.join(within)
         assert not self.thread.is_alive(), f"request {self.key} still running after {within}s"
@@ -98,28 +109,25 @@ class InFlight:
 
 
 def start_slow(
-    port: int, database: ScratchDatabase, key: str, path: str = SLOW_CHARGES, delay: float = 60
+    port: int, database: ScratchDatabase, key: str, path: str = SLOW_CHARGES
 ) -> InFlight:
-    """Send a request that keeps working ``delay`` s after its write; return once it does."""
-    flight = InFlight(key, path)
+    """Send a request; return once it waits at its gate, inside its view, after its write.
+
+    It stays there, mid-transaction, until ``InFlight.answer()`` opens the gate.
+    """
+    flight = InFlight(key, path, Gate(database).close())
 
     def send() -> None:
-        flight.answers.append(charge(port, key, path, delay))
+        flight.answers.append(charge(port, key, path, gate=flight.gate.id))
 
     flight.thread = threading.Thread(target=send, name=f"idem_sys-slow-{key}", daemon=True)
     flight.thread.start()
-    flight.backend = wait_for_backend(database, key)
+    try:
+        flight.backend = flight.gate.waiter(key)
+    except BaseException:
+        flight.gate.open()
+        raise
     return flight
-
-
-def wait_for_backend(database: ScratchDatabase, key: str, within: float = 120) -> Backend:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        for backend in database.backends(in_transaction=True):
-            if backend.key == key:
-                return backend
-        time.sleep(0.05)
-    raise AssertionError(f"no backend in a transaction for {key} within {within}s")
 
 
 def lease_end(database: ScratchDatabase, key: str) -> float:
@@ -129,7 +137,9 @@ def lease_end(database: ScratchDatabase, key: str) -> float:
 
 
 def wait_for_lease(database: ScratchDatabase, key: str) -> None:
-    time.sleep(max(0.0, lease_end(database, key) - time.time()) + 0.1)
+    """Until the database's clock has passed the key's ``locked_until``."""
+    _, locked_until = database.entries([key])[key]
+    wait_for_clock(database, locked_until)
 
 
 # --- the scenarios: each returns what broke (empty: the promise held) ---------------------------
@@ -204,21 +214,17 @@ def purge_reclaims_abandoned(server: SampleServer, database: ScratchDatabase, ke
     return Outcome("purge", key, 3, problems)
 
 
-def outlive_lease(
-    server: SampleServer, database: ScratchDatabase, key: str, work: float = 12
-) -> Outcome:
+def outlive_lease(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
     """A live request past its 2 s lease: duplicates get 409 and purge leaves it alone."""
-    flight = start_slow(server.port, database, key, SHORT_LEASE_CHARGES, work)
+    flight = start_slow(server.port, database, key, SHORT_LEASE_CHARGES)
     wait_for_lease(database, key)
     duplicate = charge(server.port, key, flight.path)
     report = manage(database.url, "purge_idempotency")
     entry = database.entries([key]).get(key)
-    # Only meaningful while it still runs; on a machine too slow for that, the rest still holds.
-    running = flight.thread is not None and flight.thread.is_alive()
-    problems = []
-    if running:
-        problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
-        problems += expect(entry is not None, f"{key}: purge took a live claim: {report!r}")
+    # Held at its gate, it still runs, whatever the machine's speed.
+    problems = expect(flight.running, f"{key}: the slow request ended at its gate")
+    problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
+    problems += expect(entry is not None, f"{key}: purge took a live claim: {report!r}")
     answers = [flight.answer(), duplicate, charge(server.port, key, flight.path)]
     problems += expect(answers[0].status == 201, f"{key}: the slow request got {answers[0].status}")
     problems += executed_once(database, key, answers)

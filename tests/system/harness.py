@@ -11,6 +11,7 @@ crash scenarios, the judge) is in ``tests.system.chaos``.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import random
@@ -40,6 +41,10 @@ SHORT_LEASE_CHARGES = "/chaos/short-lease/charges/"
 ENTRIES_TABLE = "idempotency_django_idempotencyentry"
 CHARGES_TABLE = "payments_charge"
 RETRYABLE = frozenset({409, 500, 503, 0})
+# The gates' advisory locks are the two-int form (objsubid 2) under this class: the package's
+# own locks are bigints (objsubid 1), so a gate never meets a claim's lock.
+GATE_CLASS = 7648
+MONKEY_GATE = 1
 
 
 # --- the database --------------------------------------------------------------------------
@@ -127,6 +132,74 @@ class Backend:
     def parse(cls, pid: int, application_name: str, in_transaction: bool) -> Backend:
         _, worker, key = [*application_name.split(":", 2), ""][:3]
         return cls(pid, int(worker), key, in_transaction)
+
+
+class Gate:
+    """A point inside the served view, after its write and before its commit, where it waits.
+
+    A request sent with ``X-Chaos-Gate: <id>`` takes the gate's advisory lock (shared,
+    until its transaction ends) there. While the gate is closed (we hold the lock) the
+    request waits, inside its view, mid-transaction, for as long as we like: no timing.
+    ``waiter()`` tells when one arrived, from pg_locks: the event a test acts on.
+    """
+
+    _ids = itertools.count(MONKEY_GATE + 1)
+
+    def __init__(self, database: ScratchDatabase, gate: int | None = None) -> None:
+        self.database = database
+        self.id = next(self._ids) if gate is None else gate
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def close(self) -> Self:
+        """Hold the gate: requests reaching it wait (once any already past it have committed)."""
+        if self._conn is None:
+            self._conn = psycopg.connect(
+                self.database.url, autocommit=True, application_name="idem_sys_gate"
+            )
+            self._conn.execute("SELECT pg_advisory_lock(%s::int4, %s::int4)", (GATE_CLASS, self.id))
+        return self
+
+    def open(self) -> None:
+        """Let every waiting request on (a gate opened twice is still open)."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()  # a session lock ends with its session
+
+    def waiters(self) -> list[Backend]:
+        """The requests waiting at the gate now."""
+        query = (
+            "SELECT a.pid, a.application_name, true FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND NOT l.granted AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 2 "
+            "AND a.application_name LIKE 'idem_sys:%%'"
+        )
+        return [Backend.parse(*row) for row in self.database.rows(query, (GATE_CLASS, self.id))]
+
+    def waiter(
+        self, key: str | None = None, within: float = 300, stop: threading.Event | None = None
+    ) -> Backend | None:
+        """The first request (of ``key``) to wait at the gate; None once ``stop`` is set.
+
+        ``within`` only bounds a broken run: the request is on its way, however slow.
+        """
+        deadline = time.monotonic() + within
+        while stop is None or not stop.is_set():
+            found = [b for b in self.waiters() if key is None or b.key == key]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nobody ({key or 'any key'}) at gate {self.id} in {within}s")
+            time.sleep(0.02)  # polling for the event, not waiting for it to happen
+        return None
+
+
+def wait_for_clock(database: ScratchDatabase, moment: Any, within: float = 300) -> None:
+    """Until the database's clock has passed ``moment`` (a lease's end: the server's clock)."""
+    deadline = time.monotonic() + within
+    while not database.rows("SELECT clock_timestamp() > %s", (moment,))[0][0]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the database's clock never passed {moment}")
+        time.sleep(0.05)
 
 
 def sample_env(database_url: str, lease: int, protocol: str | None = None) -> dict[str, str]:
@@ -335,6 +408,7 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._open = threading.Event()
         self._open.set()
+        self.refused = 0  # connections turned away while cut: each a request that found no database
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -344,6 +418,7 @@ class TcpProxy:
         self._thread.start()
 
     def cut(self) -> None:
+        self.refused = 0
         self._open.clear()
         with self._lock:
             for sock in self._sockets:
@@ -352,6 +427,14 @@ class TcpProxy:
 
     def restore(self) -> None:
         self._open.set()
+
+    def wait_refused(self, count: int, within: float = 300) -> None:
+        """Until ``count`` connections were turned away since the last ``cut()``."""
+        deadline = time.monotonic() + within
+        while self.refused < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.refused} connections refused in {within}s")
+            time.sleep(0.02)
 
     def close(self) -> None:
         self._closing.set()
@@ -367,6 +450,7 @@ class TcpProxy:
                 continue
             if not self._open.is_set():
                 _reset(client)
+                self.refused += 1
                 continue
             self._connect(client)
 
@@ -410,9 +494,13 @@ def _reset(sock: socket.socket) -> None:
 
 
 class Monkey:
-    """Every ``interval`` s, SIGKILLs a worker or terminates a backend that is mid-transaction.
+    """SIGKILLs a worker or terminates a backend caught mid-transaction, again and again.
 
-    It alternates the two, and stops after ``budget`` of each (``None``: never).
+    Every ``interval`` s (pacing only) it closes the monkey's gate, waits for a request to
+    arrive there (inside its view, its write done, its commit not), strikes that request,
+    and opens the gate again: every strike lands in a request, however slow the machine.
+    The storm's slow requests pass the gate (``MONKEY_GATE``). It alternates the two
+    strikes and stops after ``budget`` of each (``None``: never).
     """
 
     def __init__(
@@ -436,7 +524,7 @@ class Monkey:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(30)
+        self._thread.join(60)
 
     @property
     def done(self) -> bool:
@@ -444,14 +532,19 @@ class Monkey:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval) and not self.done:
-            victims = self.database.backends(in_transaction=True)
-            if not victims:
-                continue
-            victim = self.rng.choice(victims)
-            if self.killed <= self.terminated:
-                self.killed += self.server.kill_worker(victim.worker)
-            else:
-                self.terminated += self.database.terminate(victim)
+            gate = Gate(self.database, MONKEY_GATE).close()
+            try:
+                victim = gate.waiter(stop=self._stop, within=3600)
+                if victim is not None:
+                    self._strike(victim)
+            finally:
+                gate.open()
+
+    def _strike(self, victim: Backend) -> None:
+        if self.killed <= self.terminated:
+            self.killed += self.server.kill_worker(victim.worker)
+        else:
+            self.terminated += self.database.terminate(victim)
 
 
 # --- clients ---------------------------------------------------------------------------------
@@ -503,11 +596,18 @@ def charge_body(key: str) -> bytes:
     return json.dumps({"amount": 100, "currency": "eur", "description": key}).encode()
 
 
-def charge(port: int, key: str, path: str = CHARGES, delay: float = 0) -> Answer:
-    """POST a charge with ``key`` as its Idempotency-Key (and description, to find it again)."""
+def charge(
+    port: int, key: str, path: str = CHARGES, delay: float = 0, gate: int | None = None
+) -> Answer:
+    """POST a charge with ``key`` as its Idempotency-Key (and description, to find it again).
+
+    On the slow views, it passes ``gate`` (``Gate``) after its write, then works ``delay`` s.
+    """
     headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
     if delay:
         headers["X-Chaos-Delay"] = str(delay)
+    if gate is not None:
+        headers["X-Chaos-Gate"] = str(gate)
     return request(port, "POST", path, charge_body(key), headers)
 
 
@@ -522,11 +622,12 @@ def retry_until_final(
     rng: random.Random,
     path: str = CHARGES,
     work: float = 0,
+    gate: int | None = None,
 ) -> list[Answer]:
     """Send until a non-retryable answer, as a client honouring 409/5xx would; every answer."""
-    answers = [charge(port, key, path, work)]
+    answers = [charge(port, key, path, work, gate)]
     give_up = time.monotonic() + patience
     while answers[-1].status in RETRYABLE and time.monotonic() < give_up:
-        time.sleep(rng.uniform(0.05, 0.5))
-        answers.append(charge(port, key, path, work))
+        time.sleep(rng.uniform(0.05, 0.5))  # a client's back-off, not a synchronisation
+        answers.append(charge(port, key, path, work, gate))
     return answers

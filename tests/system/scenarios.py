@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 from tests.system import chaos
 from tests.system.chaos import Outcome, Verdict, expect
@@ -21,7 +22,10 @@ from tests.system.harness import (
     ScratchDatabase,
     charge,
     manage,
+    wait_for_clock,
 )
+
+SHORT_LEASE = timedelta(seconds=2)  # ``served_urls``'s short-lease view
 
 
 def in_flight_entry(database: ScratchDatabase, key: str, protocol: str) -> list[str]:
@@ -34,8 +38,9 @@ def in_flight_entry(database: ScratchDatabase, key: str, protocol: str) -> list[
     )
 
 
-def gone(database: ScratchDatabase, pid: int, within: float = 10) -> bool:
-    """Whether backend ``pid`` ended (PostgreSQL noticed its client died) within ``within``."""
+def gone(database: ScratchDatabase, pid: int, within: float = 300) -> bool:
+    """Whether backend ``pid`` ended (PostgreSQL noticed its client died); ``within`` bounds
+    only a broken run."""
     deadline = time.monotonic() + within
     query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
     while database.rows(query, (pid,)):
@@ -58,15 +63,13 @@ def kill_mid_work(
     problems += expect(answer.status == 0, f"{key}: the killed worker answered {answer.status}")
     problems += expect(gone(database, flight.backend.pid), f"{key}: its backend lives on")
     problems += nothing_left(database, key)
-    started = time.monotonic()
+    # Nothing left: the first retry runs (a 409 would mean the dead request still held the key).
     answers = [charge(server.port, key, flight.path)]
-    took = time.monotonic() - started
     first = answers[0]
     problems += expect(
         first.status == 201 and not first.replayed,
         f"{key}: the first retry got {first.status} (replayed: {first.replayed}), not a run",
     )
-    problems += expect(took < server.lease, f"{key}: the retry took {took:.1f}s")
     answers.append(charge(server.port, key, flight.path))
     problems += chaos.executed_once(database, key, answers)
     return Outcome("kill", key, 1 + len(answers), problems)
@@ -88,19 +91,21 @@ def purge_after_kill(server: SampleServer, database: ScratchDatabase, key: str) 
     return Outcome("purge", key, 3, problems)
 
 
-def outlive_lease(
-    server: SampleServer, database: ScratchDatabase, key: str, work: float = 12
-) -> Outcome:
+def outlive_lease(server: SampleServer, database: ScratchDatabase, key: str) -> Outcome:
     """A live request past its 2 s lease: no row to see, duplicates 409, purge finds nothing."""
-    flight = chaos.start_slow(server.port, database, key, SHORT_LEASE_CHARGES, work)
-    time.sleep(2.5)  # the view's lease (2 s) has passed; under "lock" it has no row to end
+    flight = chaos.start_slow(server.port, database, key, SHORT_LEASE_CHARGES)
+    assert flight.backend is not None
+    # Under "lock" there is no row to read the lease's end from: its transaction began
+    # before its claim, so 2 s after that start, by the database's clock, the lease is over.
+    (started,) = database.rows(
+        "SELECT xact_start FROM pg_stat_activity WHERE pid = %s", (flight.backend.pid,)
+    )[0]
+    wait_for_clock(database, started + SHORT_LEASE)
     duplicate = charge(server.port, key, flight.path)
     report = manage(database.url, "purge_idempotency")
-    running = flight.thread is not None and flight.thread.is_alive()
-    problems = []
-    if running:
-        problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
-        problems += in_flight_entry(database, key, "lock")
+    problems = expect(flight.running, f"{key}: the slow request ended at its gate")
+    problems += expect(duplicate.status == 409, f"{key}: duplicate got {duplicate.status}")
+    problems += in_flight_entry(database, key, "lock")
     answers: list[Answer] = [flight.answer(), duplicate]
     answers.append(charge(server.port, key, flight.path))
     problems += expect(answers[0].status == 201, f"{key}: the slow request got {answers[0].status}")

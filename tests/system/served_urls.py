@@ -1,9 +1,12 @@
 """The sample's URLs plus ``/chaos/…/charges/``: its own create view, pausing mid-transaction.
 
 The pause comes after the business write, inside the view's transaction, only
-when the request carries ``X-Chaos-Delay``; the connection's application_name
-then names the worker and the key, so a test can SIGKILL that worker or
-terminate that backend while the charge is written but not committed.
+when the request asks for it: ``X-Chaos-Gate: <id>`` waits at that gate (an
+advisory lock the test holds: ``tests.system.harness.Gate``) until the test
+opens it, and ``X-Chaos-Delay`` keeps working that long. The connection's
+application_name then names the worker and the key, so a test that sees the
+request wait at its gate can SIGKILL that worker or terminate that backend
+while the charge is written but not committed.
 """
 
 from __future__ import annotations
@@ -28,17 +31,36 @@ from sample_project.payments import views
 from sample_project.payments.models import Charge
 from sample_project.payments.ninja_api import ChargeIn, ChargeOut
 from sample_project.urls import urlpatterns as sample_urlpatterns
+from tests.system.harness import GATE_CLASS
 
 create_charge: Callable[[HttpRequest], HttpResponse] = inspect.unwrap(views.create_charge)
 
 
 def pause_after_write(request: HttpRequest) -> HttpResponse:
     response = create_charge(request)
-    delay = float(request.headers.get("X-Chaos-Delay") or 0)
-    if delay > 0 and response.status_code == 201:
-        announce(request.idempotency.key)  # type: ignore[attr-defined]
-        keep_working(delay)
+    if response.status_code == 201:
+        pause(request)
     return response
+
+
+def pause(request: HttpRequest) -> None:
+    """What the request asked for, after its write: its gate, then its work."""
+    gate = request.headers.get("X-Chaos-Gate")
+    delay = float(request.headers.get("X-Chaos-Delay") or 0)
+    if gate or delay > 0:
+        announce(request.idempotency.key)  # type: ignore[attr-defined]
+    if gate:
+        wait_at_gate(int(gate))
+    if delay > 0:
+        keep_working(delay)
+
+
+def wait_at_gate(gate: int) -> None:
+    """Until the test opens the gate; held (shared) to the commit, so a test can close it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s::int4, %s::int4)", [GATE_CLASS, gate]
+        )
 
 
 def keep_working(seconds: float) -> None:
@@ -63,10 +85,7 @@ chaos_ninja = NinjaAPI(urls_namespace="chaos-ninja")
 
 def _write_then_pause(request: HttpRequest, payload: ChargeIn) -> Charge:
     charge = Charge.objects.create(**payload.dict())
-    delay = float(request.headers.get("X-Chaos-Delay") or 0)
-    if delay > 0:
-        announce(request.idempotency.key)  # type: ignore[attr-defined]
-        keep_working(delay)
+    pause(request)
     return charge
 
 

@@ -20,7 +20,7 @@ def test_served_protocol_is_in_force(
 ) -> None:
     """Mid-flight, "lease" shows its committed claim and "lock" shows none."""
     key = new_keys(1, "proto")[0]
-    flight = chaos.start_slow(server.port, scratch, key, delay=2)
+    flight = chaos.start_slow(server.port, scratch, key)
     problems = scenarios.in_flight_entry(scratch, key, protocol)
     answers = [flight.answer(), charge(server.port, key, flight.path)]
     assert problems + chaos.executed_once(scratch, key, answers) == []

@@ -25,7 +25,8 @@ from tests.system.harness import (
 )
 from tests.system.scenarios import summary
 
-pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
+# A storm's length is the machine's throughput: the timeout only bounds a broken run.
+pytestmark = [pytest.mark.system, pytest.mark.requires_postgres, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +69,14 @@ def test_database_cut_mid_storm_duplicates_nothing(
 
 
 def _cut_once_charged(scratch: ScratchDatabase, proxy: TcpProxy, count: int = 20) -> None:
-    """Cut for 2 s once the storm has committed ``count`` charges: it is mid-flight then."""
-    deadline = time.monotonic() + 60
+    """Cut once the storm has committed ``count`` charges (it is mid-flight then), and restore
+    once requests have found the database gone (each refused connection is one)."""
+    deadline = time.monotonic() + 300  # bounds a broken run only
     query = f"SELECT count(*) FROM {CHARGES_TABLE} WHERE description LIKE 'cut-%%'"
     while scratch.rows(query)[0][0] < count and time.monotonic() < deadline:
         time.sleep(0.05)
     proxy.cut()
-    time.sleep(2)
-    proxy.restore()
+    try:
+        proxy.wait_refused(5)
+    finally:
+        proxy.restore()

@@ -13,6 +13,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from idempotency_django import idempotent
+from tests.gates import hold_here
 from tests.testapp.models import Charge
 
 
@@ -31,6 +32,8 @@ def make_charge(request: HttpRequest) -> HttpResponse:
     context = getattr(request, "idempotency", None)
     reference = context.key if context and context.key else str(data.get("reference", ""))
     charge = Charge.objects.create(reference=reference, amount=int(data.get("amount", 100)))
+    if data.get("hold"):  # the test's gate (tests.gates), armed for this key
+        hold_here(reference)
     if data.get("sleep"):
         time.sleep(float(data["sleep"]))
     if data.get("raise"):

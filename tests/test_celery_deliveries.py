@@ -1,4 +1,6 @@
-"""Tasks and calls (0.2.0 review, items 4, 9 and 10)."""
+"""What a Celery delivery of an idempotent task does when its work cannot finish: a busy inner
+call fails the task (never drops it), a store outage sends the delivery again, and a replay
+returns exactly what the first run returned."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def _fresh_runs() -> Iterator[None]:
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(IDEMPOTENCY_PROTOCOL="lease")
-def test_item4_a_busy_inner_call_fails_the_task_instead_of_dropping_it() -> None:
+def test_a_busy_inner_call_fails_the_task_instead_of_dropping_it() -> None:
     _hold_inner("o1")
     result = outer_drop.apply(args=("o1",), task_id="t-o1")
     # 0.2.0: IGNORED (the delivery dropped as if the task's own key were held).
@@ -69,7 +71,7 @@ def test_item4_a_busy_inner_call_fails_the_task_instead_of_dropping_it() -> None
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(IDEMPOTENCY_PROTOCOL="lease")
-def test_item4_an_inner_refusal_in_a_call_body_is_not_the_calls_own() -> None:
+def test_an_inner_refusal_in_a_call_body_is_not_the_calls_own() -> None:
     _hold_inner("o2")
     with (
         pytest.raises(NestedRefusal) as caught,
@@ -100,7 +102,7 @@ def stored(order: str) -> str:
     return order
 
 
-def test_item10_a_store_outage_sends_the_delivery_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_store_outage_sends_the_delivery_again(monkeypatch: pytest.MonkeyPatch) -> None:
     @contextmanager
     def unreachable(key: str, **kwargs: Any) -> Iterator[Any]:
         raise StoreUnavailable()
@@ -136,7 +138,7 @@ def _real_outage_task() -> Task[Any, Any]:
     ],
 )
 @pytest.mark.django_db(transaction=True)
-def test_item9_a_replay_returns_what_the_first_run_returned(result: Any) -> None:
+def test_a_replay_returns_what_the_first_run_returned(result: Any) -> None:
     with idempotent_call("r9", scope="review.results") as call:
         call.result = result
     with idempotent_call("r9", scope="review.results") as again:
@@ -146,7 +148,7 @@ def test_item9_a_replay_returns_what_the_first_run_returned(result: Any) -> None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_item9_a_result_that_cannot_come_back_is_refused_at_the_first_return() -> None:
+def test_a_result_that_cannot_come_back_is_refused_at_the_first_return() -> None:
     with (
         pytest.raises(TypeError, match="tuple"),
         idempotent_call("r9b", scope="review.results") as call,

@@ -1,4 +1,5 @@
-"""The server secret (0.2.0 review, items 3, 5 and 8): derived keys, lock ids, key digests."""
+"""The server secret: derived keys, lock ids and key digests keyed with it, persisted once and
+never rewritten, even when the claim that first reads it rolls back."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from celery import Celery
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-from idempotency_django import signals
+from idempotency_django import secret, signals
 from idempotency_django.celery import idempotent_task
 from idempotency_django.checks import check_secret
 from idempotency_django.models import IdempotencySecret
@@ -44,7 +45,7 @@ def _unkeyed_lock_id(tenant: str, key: str) -> int:
 @pytest.mark.requires_postgres
 @pytest.mark.django_db(transaction=True)
 @override_settings(IDEMPOTENCY_PROTOCOL="lock")
-def test_item5_the_unkeyed_lock_id_of_a_victims_key_holds_nothing() -> None:
+def test_the_unkeyed_lock_id_of_a_victims_key_holds_nothing() -> None:
     """0.2.0's lock id was hashtextextended(text, 0): anyone could compute (and collide) it.
 
     Holding that id must not make the victim's request busy: the id is keyed now.
@@ -57,7 +58,7 @@ def test_item5_the_unkeyed_lock_id_of_a_victims_key_holds_nothing() -> None:
 
 
 @pytest.mark.django_db
-def test_item5_the_lock_id_is_keyed_with_the_server_secret() -> None:
+def test_the_lock_id_is_keyed_with_the_server_secret() -> None:
     first = lock_id("default", "t", "order-1001")
     assert -(2**63) <= first < 2**63
     assert lock_id("default", "t", "order-1001") == first
@@ -67,7 +68,7 @@ def test_item5_the_lock_id_is_keyed_with_the_server_secret() -> None:
 
 
 @pytest.mark.django_db
-def test_item8_key_digest_is_keyed() -> None:
+def test_key_digest_is_keyed() -> None:
     unkeyed = hashlib.sha256(json.dumps(["t", "1234"]).encode()).hexdigest()[:12]
     digest = signals.key_digest("t", "1234")
     assert digest != unkeyed
@@ -77,7 +78,7 @@ def test_item8_key_digest_is_keyed() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_item8_no_log_line_of_a_task_holds_its_key(caplog: pytest.LogCaptureFixture) -> None:
+def test_no_log_line_of_a_task_holds_its_key(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     for _ in range(2):  # the run, then a replay
         assert logged.apply(args=("r-secret-9",), task_id="task-id-secret").get() == "r-secret-9"
@@ -108,3 +109,59 @@ def test_a_bad_idempotency_secret_fails_manage_check() -> None:
 
     with override_settings(IDEMPOTENCY_SECRET="short"), pytest.raises(SystemCheckError):
         call_command("check")
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lock", IDEMPOTENCY_SECRET=None)
+def test_a_secret_first_read_in_a_rolled_back_claim_is_persisted() -> None:
+    """The first claim of a process can be the one to persist the server secret, inside
+    the view's transaction. That transaction may roll back (a 503 here): the secret the
+    process went on using (cached, its lock ids and derived keys) must be the committed
+    one, or a server started after a SECRET_KEY rotation persists another one and a retry
+    gets another derived key (a second charge at the payment provider)."""
+    IdempotencySecret.objects.all().delete()
+    secret._cache.clear()
+    response = post(Client(), "/charges/", new_key(), {"status": 503})
+    assert response.status_code == 503
+    used = secret._cache["default"]
+    assert IdempotencySecret.objects.filter(pk=1).exists()
+    # Another server, its SECRET_KEY rotated and the fallback dropped, reads the row.
+    with override_settings(SECRET_KEY="rotated-" + "z" * 50, SECRET_KEY_FALLBACKS=[]):
+        assert secret.server_secret("default") == used
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(IDEMPOTENCY_PROTOCOL="lock")
+def test_two_servers_with_different_lock_ids_still_commit_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attack on the read-only claim: two servers whose lock ids differ (their secrets
+    disagree) both pass the advisory lock and both run the view; the answer's INSERT …
+    ON CONFLICT must then refuse the second with a 409 and roll its writes back."""
+    import threading
+
+    from django.db import connections
+
+    from tests.helpers import charges
+
+    real = secret.lock_id
+    monkeypatch.setattr(
+        secret, "lock_id", lambda *a: real(*a) ^ (threading.get_ident() & 0xFFFF) or 1
+    )
+    key, answers = new_key(), []
+
+    def send() -> None:
+        try:
+            answers.append(post(Client(), "/charges/", key, {"sleep": 0.5}).status_code)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=send) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert sorted(answers) in ([201, 201], [201, 409])  # a replay, or the loser's 409
+    assert charges(key) == 1

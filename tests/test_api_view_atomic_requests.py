@@ -1,4 +1,5 @@
-"""``@api_view`` above ``@idempotent`` under ``ATOMIC_REQUESTS`` (0.2.0 review, item 6)."""
+"""``@api_view`` above ``@idempotent`` under ``ATOMIC_REQUESTS``: the idle timeout still bounds
+the claim."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def atomic_requests() -> Iterator[None]:
 @pytest.mark.usefixtures("atomic_requests")
 @override_settings(ROOT_URLCONF=__name__, IDEMPOTENCY_IDLE_TIMEOUT=7)
 @pytest.mark.parametrize("protocol", ["lock", "lease"])
-def test_item6_api_view_above_idempotent_keeps_the_idle_timeout(protocol: str) -> None:
+def test_api_view_above_idempotent_keeps_the_idle_timeout(protocol: str) -> None:
     """0.2.0: DRF's as_view() drops ``_non_atomic_requests``, Django wraps the request in
     atomic(), and the claim inside it was left unbounded: an idle holder kept its key."""
     with override_settings(IDEMPOTENCY_PROTOCOL=protocol):
