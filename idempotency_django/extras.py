@@ -10,6 +10,7 @@ EXTRAS = {
     "celery": ("celery", "Celery"),
     "ninja": ("ninja", "Django Ninja"),
     "tasks": ("django_tasks", "the django-tasks backport of django.tasks (Django 5.2)"),
+    "strawberry": ("strawberry", "Strawberry GraphQL"),
 }
 
 

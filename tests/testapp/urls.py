@@ -16,4 +16,5 @@ urlpatterns = [
     path("protocols/charges/", lock_views.by_headers),
     path("ninja/", ninja_api.api.urls),
     path("adrf/", include("tests.testapp.adrf_api")),
+    path("graphql/", include("tests.testapp.strawberry_api")),
 ]
