@@ -111,14 +111,6 @@ _ERRORS = "_idempotency_graphql_errors"  # on the execution context: its field e
 _CHECKED = "_idempotency_graphql_checked"  # on the execution context: the document was checked
 
 
-def protection_options(**kwargs: Any) -> Options:
-    """``@idempotent``'s options for a field, checked now; ``TypeError`` on a wrong one."""
-    for name in ("methods", "key", "fingerprint"):
-        if name in kwargs:
-            raise TypeError(f"A protected GraphQL field takes no {name}= option.")
-    return Options.build(**kwargs)
-
-
 def entering(path: tuple[str | int, ...]) -> None:
     """Called by the field's resolver wrapper before the resolver: raise if it must not run.
 
@@ -445,5 +437,4 @@ __all__ = [
     "execute_field",
     "graphql_error",
     "note_error",
-    "protection_options",
 ]

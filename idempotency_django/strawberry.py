@@ -44,6 +44,7 @@ from strawberry.types.field import StrawberryField
 from idempotency_django import graphql_fields
 from idempotency_django.conf import TenantResolver, conf
 from idempotency_django.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django.options import Options
 
 _DEFINITION = "strawberry-definition"  # where Strawberry keeps a GraphQLField's StrawberryField
 _PYTHON_NAME = "idempotency_key"
@@ -71,7 +72,7 @@ class IdempotentExtension(FieldExtension):
         protocol: str | None = None,
         wait: float | timedelta | None = None,
     ) -> None:
-        options = graphql_fields.protection_options(
+        options = Options.build(
             header=header,
             required=required,
             ttl=ttl,
