@@ -14,6 +14,7 @@ import strawberry
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
@@ -93,6 +94,6 @@ schema = strawberry.Schema(
 )
 
 urlpatterns = [
-    path("", GraphQLView.as_view(schema=schema), name="graphql"),
-    path("async/", AsyncGraphQLView.as_view(schema=schema), name="graphql-async"),
+    path("", csrf_exempt(GraphQLView.as_view(schema=schema)), name="graphql"),
+    path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema)), name="graphql-async"),
 ]

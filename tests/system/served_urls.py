@@ -20,10 +20,13 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+import strawberry
 from ninja import NinjaAPI, Status
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
 from idempotency_django import idempotent
 from idempotency_django.ninja import idempotent as ninja_idempotent
+from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
 from sample_project.payments import views
 from sample_project.payments.models import Charge
 from sample_project.payments.ninja_api import ChargeIn, ChargeOut
@@ -82,6 +85,45 @@ async def ninja_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[
     return Status(201, await sync_to_async(_write_then_pause)(request, payload))
 
 
+# The same pause in a Strawberry mutation field, sync and ``async def``.
+@strawberry.type
+class PaidCharge:
+    id: int
+    amount: int
+    description: str
+
+
+def _paid(request: HttpRequest, amount: int, description: str) -> PaidCharge:
+    charge = Charge.objects.create(amount=amount, description=description)
+    delay = float(request.headers.get("X-Chaos-Delay") or 0)
+    if delay > 0:
+        announce(request.idempotency.key)  # type: ignore[attr-defined]
+        keep_working(delay)
+    return PaidCharge(id=charge.pk, amount=charge.amount, description=charge.description)
+
+
+@strawberry.type
+class ChaosQuery:
+    @strawberry.field
+    def ping(self) -> str:
+        return "pong"
+
+
+@strawberry.type
+class ChaosMutation:
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def charge(self, info: strawberry.Info, amount: int, description: str) -> PaidCharge:
+        return _paid(info.context.request, amount, description)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    async def charge_async(self, info: strawberry.Info, amount: int, description: str) -> PaidCharge:
+        return await sync_to_async(_paid)(info.context.request, amount, description)
+
+
+chaos_schema = strawberry.Schema(
+    query=ChaosQuery, mutation=ChaosMutation, execution_context_class=IdempotentExecutionContext
+)
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *cast(list[URLPattern | URLResolver], sample_urlpatterns),
     path("chaos/charges/", csrf_exempt(require_POST(idempotent(pause_after_write)))),
@@ -91,4 +133,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
         csrf_exempt(require_POST(idempotent(lease=2)(pause_after_write))),
     ),
     path("chaos/ninja/", chaos_ninja.urls),
+    path("chaos/graphql/", csrf_exempt(GraphQLView.as_view(schema=chaos_schema))),
+    path("chaos/graphql/async/", csrf_exempt(AsyncGraphQLView.as_view(schema=chaos_schema))),
 ]

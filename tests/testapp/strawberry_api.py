@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.db.models import Count
 from django.http import HttpRequest
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
@@ -131,7 +132,7 @@ schema = strawberry.Schema(
 misconfigured = strawberry.Schema(query=Query, mutation=Mutation)
 
 urlpatterns = [
-    path("", GraphQLView.as_view(schema=schema)),
-    path("async/", AsyncGraphQLView.as_view(schema=schema)),
-    path("misconfigured/", GraphQLView.as_view(schema=misconfigured)),
+    path("", csrf_exempt(GraphQLView.as_view(schema=schema))),
+    path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema))),
+    path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
