@@ -263,7 +263,11 @@ def settled(value: Any) -> Any:
 
 def graphql_error(error: IdempotencyError) -> GraphQLError:
     """A refusal as a GraphQL error: the problem's code, type URI and status in its extensions."""
-    extensions: dict[str, Any] = {"code": error.code, "type": error.type_uri, "status": error.status}
+    extensions: dict[str, Any] = {
+        "code": error.code,
+        "type": error.type_uri,
+        "status": error.status,
+    }
     retry = error.headers().get("Retry-After")
     if retry is not None:
         extensions["retryAfter"] = int(retry)

@@ -84,7 +84,9 @@ class IdempotentExtension(FieldExtension):
             wait=wait,
         )
         if argument is not None and not argument.isidentifier():
-            raise TypeError(f"IdempotentExtension(argument=...) must be a GraphQL name, got {argument!r}.")
+            raise TypeError(
+                f"IdempotentExtension(argument=...) must be a GraphQL name, got {argument!r}."
+            )
         self.protection = Protection(options, argument)
 
     def apply(self, field: StrawberryField) -> None:
@@ -98,15 +100,13 @@ class IdempotentExtension(FieldExtension):
             StrawberryArgument(
                 python_name=_PYTHON_NAME,
                 graphql_name=argument,
-                type_annotation=StrawberryAnnotation(str | None),  # type: ignore[arg-type]
+                type_annotation=StrawberryAnnotation(str | None),
                 description=ARGUMENT_HELP.format(header=header),
                 default=None,
             ),
         ]
 
-    def resolve(
-        self, next_: SyncExtensionResolver, source: Any, info: Info, **kwargs: Any
-    ) -> Any:
+    def resolve(self, next_: SyncExtensionResolver, source: Any, info: Info, **kwargs: Any) -> Any:
         kwargs.pop(_PYTHON_NAME, None)
         graphql_fields.entering(tuple(info.path.as_list()))
         return next_(source, info, **kwargs)

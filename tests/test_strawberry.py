@@ -241,7 +241,7 @@ def test_a_malformed_key_is_a_400_error() -> None:
 
 def test_an_optional_key_left_out_runs_unprotected() -> None:
     reference = new_key()
-    query = 'mutation($r: String!) { headerOnly(reference: $r) { id } }'
+    query = "mutation($r: String!) { headerOnly(reference: $r) { id } }"
     send("/graphql/", query, {"r": reference})
     send("/graphql/", query, {"r": reference})
     assert charges(reference) == 2
@@ -289,7 +289,9 @@ def test_one_header_keyed_field_beside_argument_keyed_ones_runs() -> None:
         "one: charge(reference: $first, idempotencyKey: $key) { id } "
         "two: charge(reference: $second) { id } }"
     )
-    answer = send("/graphql/", query, {"first": first, "second": second, "key": key}, header=new_key())
+    answer = send(
+        "/graphql/", query, {"first": first, "second": second, "key": key}, header=new_key()
+    )
     assert errors(answer) == []
     assert (charges(first), charges(second)) == (1, 1)
 
@@ -340,7 +342,11 @@ def test_a_wrong_option_is_a_type_error_when_applied(options: dict[str, Any], me
 def test_sixteen_racing_retries_execute_once(url: str, field: str) -> None:
     for _ in range(3):
         reference, key = new_key(), new_key()
-        answers = race(16, lambda _i: charge(url, field, reference, key))
+
+        def one(_index: int, reference: str = reference, key: str = key) -> Any:
+            return charge(url, field, reference, key)
+
+        answers = race(16, one)
         assert not [a for a in answers if isinstance(a, BaseException)], answers
         ran = [a for a in answers if not errors(a)]
         busy = [a for a in answers if errors(a)]

@@ -41,9 +41,13 @@ class CheckoutPayload:
     errors: list[UserError]
 
 
-def _checkout(request: HttpRequest, amount: int, currency: str, description: str) -> CheckoutPayload:
+def _checkout(
+    request: HttpRequest, amount: int, currency: str, description: str
+) -> CheckoutPayload:
     if amount <= 0:
-        return CheckoutPayload(charge=None, errors=[UserError(field="amount", message="must be positive")])
+        return CheckoutPayload(
+            charge=None, errors=[UserError(field="amount", message="must be positive")]
+        )
     user = request.user if request.user.is_authenticated else None
     charge = Charge.objects.create(
         user=user,

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+import strawberry
 from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-import strawberry
 from ninja import NinjaAPI, Status
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
@@ -116,7 +116,9 @@ class ChaosMutation:
         return _paid(info.context.request, amount, description)
 
     @strawberry.mutation(extensions=[IdempotentExtension()])
-    async def charge_async(self, info: strawberry.Info, amount: int, description: str) -> PaidCharge:
+    async def charge_async(
+        self, info: strawberry.Info, amount: int, description: str
+    ) -> PaidCharge:
         return await sync_to_async(_paid)(info.context.request, amount, description)
 
 

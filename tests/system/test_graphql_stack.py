@@ -9,6 +9,7 @@ replayed is the same, byte for byte.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -26,7 +27,9 @@ STACKS = pytest.mark.parametrize(
 
 def pay(port: int, key: str, path: str, field: str, delay: float = 0) -> Answer:
     """The mutation with ``key`` in the Idempotency-Key header (and as the description)."""
-    query = f"mutation($d: String!) {{ {field}(amount: 100, description: $d) {{ id description }} }}"
+    query = (
+        f"mutation($d: String!) {{ {field}(amount: 100, description: $d) {{ id description }} }}"
+    )
     body = json.dumps({"query": query, "variables": {"d": key}}).encode()
     headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
     if delay:
@@ -37,7 +40,9 @@ def pay(port: int, key: str, path: str, field: str, delay: float = 0) -> Answer:
 def codes(answer: Answer) -> list[str]:
     if answer.status != 200:
         return [str(answer.status)]
-    return [e.get("extensions", {}).get("code", "") for e in json.loads(answer.body).get("errors") or []]
+    return [
+        e.get("extensions", {}).get("code", "") for e in json.loads(answer.body).get("errors") or []
+    ]
 
 
 def retry_until_run(port: int, key: str, path: str, field: str, patience: float) -> list[Answer]:
@@ -57,7 +62,7 @@ def test_a_killed_worker_inside_a_mutation_commits_nothing_and_the_key_runs_once
 ) -> None:
     key = new_keys(1, "gql-kill")[0]  # short: application_name holds 63 bytes
     flight = InFlight(key, path)
-    flight.thread = chaos.threading.Thread(
+    flight.thread = threading.Thread(
         target=lambda: flight.answers.append(pay(server.port, key, path, field, delay=60)),
         daemon=True,
     )
@@ -80,5 +85,7 @@ def test_a_killed_worker_inside_a_mutation_commits_nothing_and_the_key_runs_once
     problems += expect({a.body for a in ran} == {ran[0].body}, f"{key}: the replay differs")
     if committed:
         data = json.loads(ran[0].body)["data"][field]
-        problems += expect(data["id"] == committed[0], f"{key}: answered {data}, committed {committed}")
+        problems += expect(
+            data["id"] == committed[0], f"{key}: answered {data}, committed {committed}"
+        )
     assert problems == []

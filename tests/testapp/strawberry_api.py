@@ -41,7 +41,7 @@ class ChargePayload:
         """Read when the field is completed, inside the claim's transaction."""
         if self.explode:
             raise ValueError("a sub-field failed")
-        return Charge.objects.filter(reference=self.reference).aggregate(n=Count("id"))["n"]
+        return int(Charge.objects.filter(reference=self.reference).aggregate(n=Count("id"))["n"])
 
 
 @strawberry.type
