@@ -51,7 +51,6 @@ try:
         GraphQLField,
         GraphQLObjectType,
         InlineFragmentNode,
-        NullValueNode,
         SelectionSetNode,
         StringValueNode,
         VariableNode,
@@ -311,9 +310,7 @@ def argument_key(node: FieldNode, protection: Protection, values: Mapping[str, A
             return values.get(value.name.value)
         if isinstance(value, StringValueNode):
             return value.value
-        if isinstance(value, NullValueNode):
-            return None
-    return None
+    return None  # absent, or null
 
 
 def fingerprint(

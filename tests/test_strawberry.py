@@ -9,13 +9,17 @@ def`` resolver, ``charge`` a sync one run in the claim's worker thread).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
+from django.test import Client, RequestFactory
 
+from idempotency_django import graphql_fields
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.graphql_fields import DOCS
 from idempotency_django.models import IdempotencyEntry
@@ -247,6 +251,47 @@ def test_an_optional_key_left_out_runs_unprotected() -> None:
     assert charges(reference) == 2
 
 
+def test_a_literal_key_and_fragments_in_the_selection() -> None:
+    reference, key = new_key(), new_key()
+    query = (
+        f'mutation {{ charge(reference: "{reference}", idempotencyKey: "{key}") '
+        "{ ...Paid ... on ChargePayload { amount } } } "
+        "fragment Paid on ChargePayload { id reference ...Who } "
+        "fragment Who on ChargePayload { caller }"
+    )
+    first = send("/graphql/", query)
+    assert errors(first) == []
+    assert send("/graphql/", query).content == first.content
+    assert charges(reference) == 1
+    changed = query.replace(
+        "fragment Who on ChargePayload { caller }", "fragment Who on ChargePayload { amount }"
+    )
+    assert errors(send("/graphql/", changed))[0]["extensions"]["code"] == "key-reused"
+
+
+def test_a_protected_scalar_field_is_replayed() -> None:
+    reference, key = new_key(), new_key()
+    query = f'mutation {{ chargeId(reference: "{reference}", idempotencyKey: "{key}") }}'
+    first = send("/graphql/", query)
+    assert send("/graphql/", query).content == first.content
+    assert charges(reference) == 1
+
+
+def test_a_non_json_variable_still_fingerprints() -> None:
+    class Money:
+        def __init__(self) -> None:
+            self.amount = 5
+
+    assert graphql_fields._plain(Money()) == {"amount": 5}
+    assert graphql_fields._plain(Decimal("1.50")) == "1.50"
+
+
+def test_a_graphene_style_context_is_the_request_itself() -> None:
+    request = RequestFactory().post("/graphql/")
+    assert graphql_fields.request_of(request) is request
+    assert graphql_fields.request_of({"request": request}) is request
+
+
 # --- a document with several mutations -------------------------------------------------------
 
 
@@ -280,6 +325,19 @@ def test_a_document_keying_two_protected_fields_by_one_header_is_refused_whole()
     (error,) = body["errors"]
     assert error["extensions"] == {"code": "key-shared", "type": DOCS + "key-shared", "status": 400}
     assert (charges(first), charges(second), charges(other)) == (0, 0, 0)
+
+
+def test_root_fields_in_fragments_count_too() -> None:
+    first, second = new_key(), new_key()
+    query = (
+        "mutation($first: String!, $second: String!) { ...Both "
+        "... on Mutation { one: charge(reference: $first) { id } } } "
+        "fragment Both on Mutation { one: charge(reference: $first) { id } "
+        "two: headerOnly(reference: $second) { id } }"
+    )
+    answer = send("/graphql/", query, {"first": first, "second": second}, header=new_key())
+    assert errors(answer)[0]["extensions"]["code"] == "key-shared"
+    assert (charges(first), charges(second)) == (0, 0)
 
 
 def test_one_header_keyed_field_beside_argument_keyed_ones_runs() -> None:
@@ -372,3 +430,23 @@ def test_two_callers_racing_one_key_stay_apart(url: str, field: str) -> None:
         if not errors(answer):
             assert json.loads(answer.content)["data"][field]["caller"] == callers[index][0]
     assert charges(reference) == 2
+
+
+def test_importing_it_without_strawberry_says_what_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['strawberry'] = None\n"
+        "import django; from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
+        "django.setup()\n"
+        "try:\n"
+        "    import idempotency_django.strawberry\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, error, sep='|')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    name, message = result.stdout.strip().split("|")
+    assert name == "strawberry", result.stderr
+    assert message.endswith("pip install 'idempotency-django[strawberry]'")

@@ -37,7 +37,7 @@ class ChargePayload:
     explode: strawberry.Private[bool] = False
 
     @strawberry.field
-    def committed(self) -> int:
+    def committed(self) -> int | None:
         """Read when the field is completed, inside the claim's transaction."""
         if self.explode:
             raise ValueError("a sub-field failed")
@@ -47,7 +47,7 @@ class ChargePayload:
 @strawberry.type
 class AsyncChargePayload(ChargePayload):
     @strawberry.field
-    async def committed(self) -> int:
+    async def committed(self) -> int | None:
         """The same count, read by an ``async`` sub-field (on the event loop)."""
         if self.explode:
             raise ValueError("a sub-field failed")
@@ -119,6 +119,11 @@ class Mutation:
     @strawberry.mutation(extensions=[IdempotentExtension(argument=None, required=False)])
     def header_only(self, info: strawberry.Info, reference: str) -> ChargePayload:
         return _charge(info.context.request, reference, 1, False, False, False)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def charge_id(self, reference: str) -> int:
+        """A protected field without a selection set."""
+        return Charge.objects.create(reference=reference, amount=1).pk
 
     @strawberry.mutation
     def unprotected(self, reference: str) -> int:
