@@ -11,6 +11,7 @@ EXTRAS = {
     "ninja": ("ninja", "Django Ninja"),
     "tasks": ("django_tasks", "the django-tasks backport of django.tasks (Django 5.2)"),
     "strawberry": ("strawberry", "Strawberry GraphQL"),
+    "graphene": ("graphene", "Graphene"),
 }
 
 

@@ -17,4 +17,5 @@ urlpatterns = [
     path("ninja/", ninja_api.api.urls),
     path("adrf/", include("tests.testapp.adrf_api")),
     path("graphql/", include("tests.testapp.strawberry_api")),
+    path("graphene/", include("tests.testapp.graphene_api")),
 ]
