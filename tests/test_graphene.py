@@ -13,17 +13,21 @@ import json
 import subprocess
 import sys
 import threading
+import types
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
+from django.db import connections
 from django.test import Client, RequestFactory
 
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.graphene import IdempotentExecutionContext, idempotent
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key, race
+from tests.test_docs_examples import _code_blocks
 from tests.testapp import graphene_api
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,7 +178,10 @@ def test_an_async_mutation_through_execute_async() -> None:
             )
         )
 
-    first, retry = run(), run()
+    try:
+        first, retry = run(), run()
+    finally:  # the claim ran in asgiref's shared thread: close its connection there
+        asyncio.run(sync_to_async(connections.close_all)())
     assert first.errors is None
     assert retry.data == first.data
     assert charges(reference) == 1
@@ -244,3 +251,27 @@ def test_two_callers_racing_one_key_stay_apart() -> None:
         if not errors(answer):
             assert json.loads(answer.content)["data"]["charge"]["caller"] == callers[index][0]
     assert charges(reference) == 2
+
+
+def test_the_docs_graphene_example_runs_as_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sample_project.payments import models
+
+    (block,) = [b for b in _code_blocks("graphql.rst") if "import graphene" in b]
+    monkeypatch.setitem(sys.modules, "payments", types.ModuleType("payments"))
+    monkeypatch.setitem(sys.modules, "payments.models", models)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/graphql.rst", "exec"), namespace)
+    view = namespace["urlpatterns"][0].callback
+    query = 'mutation { checkout(amount: 5, idempotencyKey: "docs-1") { charge { id amount } } }'
+
+    def post() -> Any:
+        request = RequestFactory().post(
+            "/graphql/", json.dumps({"query": query}), "application/json"
+        )
+        request.user = AnonymousUser()
+        return view(request)
+
+    first, retry = post(), post()
+    assert json.loads(first.content)["data"]["checkout"]["charge"]["amount"] == 5
+    assert retry.content == first.content
+    assert models.Charge.objects.count() == 1

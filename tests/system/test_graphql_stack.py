@@ -1,7 +1,8 @@
-"""A worker killed mid-transaction inside a protected Strawberry mutation, sync and ``async def``.
+"""A worker killed mid-transaction inside a protected Strawberry mutation (sync and ``async
+def``) and a Graphene one.
 
 Served by the sample project under gunicorn (``tests.system.served_urls``'s
-``/chaos/graphql/…``), under both protocols: nothing the killed worker wrote
+``/chaos/graphql/…``, ``/chaos/graphene/``), under both protocols: nothing the killed worker wrote
 survives, and the key's retries run the mutation once; every answer that ran or
 replayed is the same, byte for byte.
 """
@@ -21,7 +22,12 @@ from tests.system.harness import Answer, SampleServer, ScratchDatabase, new_keys
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
 STACKS = pytest.mark.parametrize(
-    ("path", "field"), [("/chaos/graphql/", "charge"), ("/chaos/graphql/async/", "chargeAsync")]
+    ("path", "field"),
+    [
+        ("/chaos/graphql/", "charge"),
+        ("/chaos/graphql/async/", "chargeAsync"),
+        ("/chaos/graphene/", "charge"),
+    ],
 )
 
 
