@@ -12,6 +12,9 @@ EXTRAS = {
     "tasks": ("django_tasks", "the django-tasks backport of django.tasks (Django 5.2)"),
     "httpx": ("httpx", "httpx"),
     "requests": ("requests", "requests"),
+    "strawberry": ("strawberry", "Strawberry GraphQL"),
+    "graphene": ("graphene", "Graphene"),
+    "mcp": ("mcp_server", "django-mcp-server"),
 }
 
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("charges/<int:pk>/", views.charge_detail, name="charge-detail"),
     path("api/", include("sample_project.payments.api_urls")),
     path("ninja/", ninja_api.api.urls),
+    path("graphql/", include("sample_project.payments.graphql_api")),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     path("webhooks/provider/", webhooks.provider_webhook, name="provider-webhook"),

@@ -17,16 +17,22 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+import graphene
+import strawberry
 from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from graphene_django.views import GraphQLView as GrapheneView
 from ninja import NinjaAPI, Status
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
+from idempotency_django import graphene as idempotent_graphene
 from idempotency_django import idempotent
 from idempotency_django.ninja import idempotent as ninja_idempotent
+from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
 from sample_project.payments import views
 from sample_project.payments.models import Charge
 from sample_project.payments.ninja_api import ChargeIn, ChargeOut
@@ -101,6 +107,82 @@ async def ninja_charge_async(request: HttpRequest, payload: ChargeIn) -> Status[
     return Status(201, await sync_to_async(_write_then_pause)(request, payload))
 
 
+# The same pause in a Strawberry mutation field, sync and ``async def``.
+@strawberry.type
+class PaidCharge:
+    id: int
+    amount: int
+    description: str
+
+
+def _paid(request: HttpRequest, amount: int, description: str) -> PaidCharge:
+    charge = Charge.objects.create(amount=amount, description=description)
+    delay = float(request.headers.get("X-Chaos-Delay") or 0)
+    if delay > 0:
+        announce(request.idempotency.key)  # type: ignore[attr-defined]
+        keep_working(delay)
+    return PaidCharge(id=charge.pk, amount=charge.amount, description=charge.description)
+
+
+@strawberry.type
+class ChaosQuery:
+    @strawberry.field
+    def ping(self) -> str:
+        return "pong"
+
+
+@strawberry.type
+class ChaosMutation:
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def charge(self, info: strawberry.Info, amount: int, description: str) -> PaidCharge:
+        return _paid(info.context.request, amount, description)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    async def charge_async(
+        self, info: strawberry.Info, amount: int, description: str
+    ) -> PaidCharge:
+        return await sync_to_async(_paid)(info.context.request, amount, description)
+
+
+chaos_schema = strawberry.Schema(
+    query=ChaosQuery, mutation=ChaosMutation, execution_context_class=IdempotentExecutionContext
+)
+
+
+# And in a Graphene mutation.
+class GraphenePaid(graphene.ObjectType):  # type: ignore[misc]
+    id = graphene.Int()
+    amount = graphene.Int()
+    description = graphene.String()
+
+
+@idempotent_graphene.idempotent
+class GrapheneCharge(graphene.Mutation):  # type: ignore[misc]
+    class Arguments:
+        amount = graphene.Int(required=True)
+        description = graphene.String(required=True)
+
+    Output = GraphenePaid
+
+    def mutate(
+        root: object, info: graphene.ResolveInfo, amount: int, description: str
+    ) -> PaidCharge:
+        return _paid(info.context, amount, description)
+
+
+class GrapheneQuery(graphene.ObjectType):  # type: ignore[misc]
+    ping = graphene.String(default_value="pong")
+
+
+class GrapheneMutation(graphene.ObjectType):  # type: ignore[misc]
+    charge = GrapheneCharge.Field()
+
+
+graphene_schema = graphene.Schema(query=GrapheneQuery, mutation=GrapheneMutation)
+graphene_view = GrapheneView.as_view(
+    schema=graphene_schema, execution_context_class=idempotent_graphene.IdempotentExecutionContext
+)
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *cast(list[URLPattern | URLResolver], sample_urlpatterns),
     path("chaos/charges/", csrf_exempt(require_POST(idempotent(pause_after_write)))),
@@ -110,4 +192,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         csrf_exempt(require_POST(idempotent(lease=2)(pause_after_write))),
     ),
     path("chaos/ninja/", chaos_ninja.urls),
+    path("chaos/graphql/", csrf_exempt(GraphQLView.as_view(schema=chaos_schema))),
+    path("chaos/graphql/async/", csrf_exempt(AsyncGraphQLView.as_view(schema=chaos_schema))),
+    path("chaos/graphene/", csrf_exempt(graphene_view)),
 ]

@@ -1,0 +1,99 @@
+"""A Graphene schema whose mutations are protected (``tests/test_graphene.py``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import graphene
+from asgiref.sync import sync_to_async
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from graphene_django.views import GraphQLView
+
+from idempotency_django.graphene import IdempotentExecutionContext, idempotent
+from tests.testapp.models import Charge
+
+# reference -> (entered, release): a held resolver waits inside its transaction for the test.
+held: dict[str, tuple[threading.Event, threading.Event]] = {}
+calls: dict[str, int] = {}
+
+
+class UserError(graphene.ObjectType):
+    field = graphene.String()
+    message = graphene.String()
+
+
+def _charge(info: Any, reference: str, amount: int, fail: bool, hold: bool) -> dict[str, Any]:
+    calls[reference] = calls.get(reference, 0) + 1
+    request = info.context
+    caller = request.user.get_username() if request.user.is_authenticated else ""
+    if amount < 0:
+        error = UserError(field="amount", message="must not be negative")
+        return {"id": None, "reference": reference, "caller": caller, "errors": [error]}
+    charge = Charge.objects.create(reference=reference, amount=amount)
+    if hold:
+        entered, release = held[reference]
+        entered.set()
+        assert release.wait(30), "the test never released the held resolver"
+    if fail:
+        raise RuntimeError("the resolver failed after its write")
+    return {"id": charge.pk, "reference": reference, "caller": caller, "errors": []}
+
+
+class Paid(graphene.ObjectType):
+    id = graphene.Int()
+    reference = graphene.String()
+    caller = graphene.String()
+    errors = graphene.List(UserError)
+    committed = graphene.Int()
+
+    def resolve_committed(parent: dict[str, Any], info: Any) -> int:
+        return Charge.objects.filter(reference=parent["reference"]).count()
+
+
+class ChargeArguments:
+    reference = graphene.String(required=True)
+    amount = graphene.Int(default_value=100)
+    fail = graphene.Boolean(default_value=False)
+    hold = graphene.Boolean(default_value=False)
+
+
+@idempotent
+class PayCharge(graphene.Mutation):
+    Arguments = ChargeArguments
+    Output = Paid
+
+    def mutate(root: Any, info: Any, **kwargs: Any) -> dict[str, Any]:
+        return _charge(info, **kwargs)
+
+
+@idempotent(required=True)
+class PayChargeAsync(graphene.Mutation):
+    Arguments = ChargeArguments
+    Output = Paid
+
+    async def mutate(root: Any, info: Any, **kwargs: Any) -> dict[str, Any]:
+        return await sync_to_async(_charge)(info, **kwargs)
+
+
+class Query(graphene.ObjectType):
+    ping = graphene.String(default_value="pong")
+
+
+class Mutation(graphene.ObjectType):
+    charge = PayCharge.Field()
+    charge_async = PayChargeAsync.Field()
+
+
+schema = graphene.Schema(query=Query, mutation=Mutation)
+
+urlpatterns = [
+    path(
+        "",
+        csrf_exempt(
+            GraphQLView.as_view(schema=schema, execution_context_class=IdempotentExecutionContext)
+        ),
+    ),
+    path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=schema))),
+]

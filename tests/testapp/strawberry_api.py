@@ -1,0 +1,143 @@
+"""A Strawberry schema whose mutations are protected, served sync and async (``tests/test_strawberry.py``)."""
+
+from __future__ import annotations
+
+import threading
+
+import strawberry
+from asgiref.sync import sync_to_async
+from django.db.models import Count
+from django.http import HttpRequest
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
+
+from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
+from tests.testapp.models import Charge
+
+# reference -> (entered, release): a held resolver waits inside its transaction for the test.
+held: dict[str, tuple[threading.Event, threading.Event]] = {}
+# How often each reference's resolver body ran (user errors write nothing to count).
+calls: dict[str, int] = {}
+
+
+@strawberry.type
+class UserError:
+    field: str
+    message: str
+
+
+@strawberry.type
+class ChargePayload:
+    id: strawberry.ID | None
+    reference: str
+    amount: int
+    caller: str
+    errors: list[UserError]
+    explode: strawberry.Private[bool] = False
+
+    @strawberry.field
+    def committed(self) -> int | None:
+        """Read when the field is completed, inside the claim's transaction."""
+        if self.explode:
+            raise ValueError("a sub-field failed")
+        return int(Charge.objects.filter(reference=self.reference).aggregate(n=Count("id"))["n"])
+
+
+@strawberry.type
+class AsyncChargePayload(ChargePayload):
+    @strawberry.field
+    async def committed(self) -> int | None:
+        """The same count, read by an ``async`` sub-field (on the event loop)."""
+        if self.explode:
+            raise ValueError("a sub-field failed")
+        return await Charge.objects.filter(reference=self.reference).acount()
+
+
+def _charge(
+    request: HttpRequest, reference: str, amount: int, fail: bool, hold: bool, explode: bool
+) -> ChargePayload:
+    calls[reference] = calls.get(reference, 0) + 1
+    caller = request.user.get_username() if request.user.is_authenticated else ""
+    if amount < 0:
+        error = UserError(field="amount", message="must not be negative")
+        return ChargePayload(
+            id=None, reference=reference, amount=amount, caller=caller, errors=[error]
+        )
+    charge = Charge.objects.create(reference=reference, amount=amount)
+    if hold:
+        entered, release = held[reference]
+        entered.set()
+        assert release.wait(30), "the test never released the held resolver"
+    if fail:
+        raise RuntimeError("the resolver failed after its write")
+    return ChargePayload(
+        id=strawberry.ID(str(charge.pk)),
+        reference=reference,
+        amount=amount,
+        caller=caller,
+        errors=[],
+        explode=explode,
+    )
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def ping(self) -> str:
+        return "pong"
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def charge(
+        self,
+        info: strawberry.Info,
+        reference: str,
+        amount: int = 100,
+        fail: bool = False,
+        hold: bool = False,
+        explode: bool = False,
+    ) -> ChargePayload:
+        return _charge(info.context.request, reference, amount, fail, hold, explode)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    async def charge_async(
+        self,
+        info: strawberry.Info,
+        reference: str,
+        amount: int = 100,
+        fail: bool = False,
+        hold: bool = False,
+        explode: bool = False,
+    ) -> AsyncChargePayload:
+        request = info.context.request
+        paid = await sync_to_async(_charge)(request, reference, amount, fail, hold, explode)
+        return AsyncChargePayload(**vars(paid))
+
+    @strawberry.mutation(extensions=[IdempotentExtension(argument=None, required=False)])
+    def header_only(self, info: strawberry.Info, reference: str) -> ChargePayload:
+        return _charge(info.context.request, reference, 1, False, False, False)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def charge_id(self, reference: str) -> int:
+        """A protected field without a selection set."""
+        return Charge.objects.create(reference=reference, amount=1).pk
+
+    @strawberry.mutation
+    def unprotected(self, reference: str) -> int:
+        return Charge.objects.create(reference=reference, amount=1).pk
+
+
+schema = strawberry.Schema(
+    query=Query, mutation=Mutation, execution_context_class=IdempotentExecutionContext
+)
+# The same types without our execution context: a protected field refuses to run.
+misconfigured = strawberry.Schema(query=Query, mutation=Mutation)
+
+urlpatterns = [
+    path("", csrf_exempt(GraphQLView.as_view(schema=schema))),
+    path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema))),
+    path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
+]
