@@ -120,7 +120,6 @@ def translate(
 def _in_transaction(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
-    bounded = _bounded(target)
     conn = connections[target.using]
     own = not conn.in_atomic_block  # a caller's transaction stays open
     deadline = time.monotonic() + wait
@@ -130,6 +129,23 @@ def _in_transaction(
         # transaction: a rollback there must not take back the secret that this
         # process keeps using for lock ids and derived keys.
         server_secret(target.using)
+    if read_only:
+        with readonly.read_committed(conn):
+            yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
+    else:
+        yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
+
+
+def _claim_loop(
+    proto: ModuleType,
+    target: Target,
+    run: Run,
+    matches: Matches,
+    deadline: float,
+    own: bool,
+    read_only: bool,
+) -> Iterator[Run]:
+    bounded = _bounded(target)
     while True:
         try:
             with transaction.atomic(using=target.using):

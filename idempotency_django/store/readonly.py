@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +89,32 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
 
 
 _COMMITTED = ("read committed", "read uncommitted")
+
+
+@contextmanager
+def read_committed(conn: BaseDatabaseWrapper) -> Iterator[None]:
+    """Transactions opened here begin ``ISOLATION LEVEL READ COMMITTED``, whatever the session says.
+
+    :func:`usable` judged the alias's level (psycopg's, else the server's default);
+    an earlier request may have changed the session's since (``SET SESSION
+    CHARACTERISTICS ... REPEATABLE READ`` on a persistent connection), and the
+    claim's lookup would then read on a snapshot older than its lock. psycopg
+    puts the level in the ``BEGIN`` it sends anyway: no round trip added.
+    """
+    raw = conn.connection
+    if raw.isolation_level is not None:
+        yield  # psycopg's BEGIN already names it (READ COMMITTED: usable() said so)
+        return
+    from psycopg import IsolationLevel
+
+    raw.isolation_level = IsolationLevel.READ_COMMITTED
+    try:
+        yield
+    finally:
+        # Left as found for the connection's next transaction (the user's own), once
+        # ours has ended; a connection closed meanwhile is never used again.
+        if conn.connection is raw and not raw.closed and not conn.in_atomic_block:
+            raw.isolation_level = None
 # The server's default level (the database's or role's setting), asked once per
 # alias in this process: not a round trip per new connection (CONN_MAX_AGE = 0).
 _server_default: dict[str, bool] = {}
@@ -242,4 +270,4 @@ def _record_sql(conn: BaseDatabaseWrapper) -> str:
     )
 
 
-__all__ = ["Pending", "claim", "claim_sql", "record", "usable"]
+__all__ = ["Pending", "claim", "claim_sql", "read_committed", "record", "usable"]
