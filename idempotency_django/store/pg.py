@@ -102,7 +102,9 @@ def wait_for_lock(target: Target, seconds: float) -> bool:
             cursor.execute(f"SELECT pg_advisory_xact_lock({LOCK_ID})", [target.lock_id])
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
     except Exception as exc:
-        if sqlstate(exc) == "55P03":  # lock_not_available: the holder is still at it
+        # lock_not_available (our lock_timeout), or query_canceled (the server's
+        # statement_timeout, shorter than the wait): the holder is still at it.
+        if sqlstate(exc) in ("55P03", CANCELED):
             return False
         raise
     return True
@@ -112,6 +114,10 @@ def wait_for_lock(target: Target, seconds: float) -> bool:
 # 40001 serialization_failure (REPEATABLE READ / SERIALIZABLE claims),
 # 40P01 deadlock_detected, 55P03 lock_not_available.
 BUSY_STATES = frozenset({"40001", "40P01", "55P03"})
+# What a transaction may meet at its last statements or its COMMIT under
+# SERIALIZABLE: it rolled back whole, and a retry may well succeed.
+SERIALIZATION_STATES = frozenset({"40001", "40P01"})
+CANCELED = "57014"  # query_canceled: statement_timeout (or pg_cancel_backend)
 
 
 def sqlstate(exc: BaseException) -> str | None:
