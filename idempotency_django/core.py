@@ -250,7 +250,7 @@ def _execute(
         # The view marked its transaction for rollback: transient, unless it says otherwise.
         raise _Discard(response, store=getattr(response, STORE_AFTER_ROLLBACK, False))
     stored = StoredResponse.from_response(response)
-    slot.record(status_of(stored), stored)
+    slot.record(status_of(stored), stored, last=True)  # nothing runs after it: carries COMMIT
     # Not cached now: most keys are never retried, and a SET per first execution
     # would cost every request. The first replay from the database fills the cache.
     return response

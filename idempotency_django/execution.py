@@ -56,12 +56,16 @@ class Run:
     _ttl: timedelta = field(default=timedelta(0), repr=False)
     _recorded_at: float = field(default=0.0, repr=False)
 
-    def record(self, status: str, answer: StoredResponse) -> None:
-        """Store the final answer in the body's transaction (fenced on the claim's owner)."""
+    def record(self, status: str, answer: StoredResponse, last: bool = False) -> None:
+        """Store the final answer in the body's transaction (fenced on the claim's owner).
+
+        ``last``: the caller sends nothing more in this transaction, so the
+        statement may carry its COMMIT (see ``pg.carry_commit``).
+        """
         assert self._claim is not None, "record() is for a run that holds the claim"
         self.recording = True
         if isinstance(self._claim, readonly.Pending):
-            readonly.record(self._claim, status, answer, self._ttl)
+            readonly.record(self._claim, status, answer, self._ttl, last)
         elif not record_answer(self._claim, status, answer, self._ttl):
             raise RuntimeError("idempotency claim lost while its row lock was held")
         self._recorded_at = time.monotonic()

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import OperationalError, connections
+from django.db import IntegrityError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django.exceptions import RequestInProgress
@@ -154,8 +154,11 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
         sql = cached_sql(conn, name, lambda: claim_sql(conn, blocking, bounded))
         params: list[Any] = [f"{max(1, int(wait * 1000))}ms"] if blocking else []
         params += [*lock_params, target.tenant, target.key]
+        begin = pg.carry_begin(conn)
         with conn.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(begin + sql, params)
+            if begin:
+                cursor.nextset()  # past the BEGIN's empty result
             got = blocking or bool(cursor.fetchone()[0])
             while cursor.nextset():
                 pass  # the last result is the lookup's
@@ -229,14 +232,24 @@ _COLUMNS = (
 )
 
 
-def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> None:
+def record(
+    claim: Pending, status: str, response: StoredResponse, ttl: Any, last: bool = False
+) -> None:
     """Insert the finished entry; a row already there (a writer that took no lock) is a 409.
 
     The caller is inside the claim's transaction: the 409 rolls back the view's writes too.
+    ``last``: nothing follows in the transaction; the statement may carry its COMMIT.
     """
     conn = connections[claim.using]
     sql = cached_sql(conn, "ro-record", lambda: _record_sql(conn))
-    use = prepared.cursor(conn) if prepared.enabled(conn) else conn.cursor()
+    prepare = prepared.enabled(conn)
+    use = prepared.cursor(conn) if prepare else conn.cursor()
+    commit = pg.carry_commit(conn) if last and not prepare else ""
+    if commit:
+        # The COMMIT must not follow a conflict: without ON CONFLICT the INSERT
+        # fails, and the server skips the rest of the query (the COMMIT).
+        sql = cached_sql(conn, "ro-record-commit", lambda: _record_sql(conn, conflict=""))
+        sql += commit
     params = [
         claim.tenant,
         claim.key,
@@ -252,21 +265,27 @@ def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> N
     try:
         with use as cursor:
             cursor.execute(sql, params)
-            inserted = cursor.rowcount == 1
+            inserted = cursor.rowcount == 1  # the INSERT's (a carried COMMIT's result follows)
     except OperationalError as exc:
         if pg.sqlstate(exc) not in pg.BUSY_STATES:
             raise
         inserted = False  # a stricter level than we saw: the key committed meanwhile
+    except IntegrityError as exc:
+        if not commit or pg.sqlstate(exc) != "23505":
+            raise
+        inserted = False  # the carried COMMIT's form: the row is there
     if not inserted:
         raise RequestInProgress()
 
 
-def _record_sql(conn: BaseDatabaseWrapper) -> str:
+def _record_sql(conn: BaseDatabaseWrapper, conflict: str | None = None) -> str:
     now = now_sql(conn)
     values = f"%s, %s, %s, %s, %s::uuid, %s, %s, %s::jsonb, %s, {now}, {now}, {later_sql(conn)}"
+    if conflict is None:
+        conflict = f" ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING"
     return (
         f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in _COLUMNS)}) "
-        f"VALUES ({values}) ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING"
+        f"VALUES ({values}){conflict}"
     )
 
 
