@@ -23,7 +23,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
 from idempotency_django import cache, databases, signals
-from idempotency_django.conf import conf
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
@@ -221,7 +220,7 @@ def run(
         fingerprint.current,
         policy.lease,
         policy.ttl,
-        conf.IDLE_TIMEOUT,
+        policy.idle,
     )
     seen.slot = Run(policy.protocol)
     try:

@@ -138,8 +138,10 @@ def _bound_a_request_transaction(alias: str) -> None:
     holder lost behind a partition keeps its key for as long as TCP takes to notice.
     """
     conn = connections[alias]
+    if not conn.settings_dict["ATOMIC_REQUESTS"] or conn.vendor != "postgresql":
+        return  # checked first: the common case reads no setting
     idle = conf.IDLE_TIMEOUT
-    if idle is None or conn.vendor != "postgresql" or not conn.settings_dict["ATOMIC_REQUESTS"]:
+    if idle is None:
         return
     if len(conn.atomic_blocks) != 1:  # not inside exactly Django's request block
         return

@@ -146,6 +146,7 @@ class Options:
             meta_header=meta_name(header),
             chooser=None if isinstance(chosen, str) else chosen,
             wanted=wanted,
+            idle=conf.IDLE_TIMEOUT,
         )
 
 
@@ -179,6 +180,7 @@ class Policy:
     # A database chosen per request: ``database`` and ``protocol`` are set by ``resolve``.
     chooser: Callable[[HttpRequest], str] | None = None
     wanted: str | None = None  # the protocol asked for (None: the database's default)
+    idle: timedelta | None = None  # IDEMPOTENCY_IDLE_TIMEOUT, compiled with the rest
 
 
 def protocol_for(database: str, wanted: str | None) -> str:

@@ -101,7 +101,8 @@ def test_a_first_execution_is_the_views_statements_plus_two_round_trips(
         sent = round_trips(lambda: responses.append(post(client, "/charges/", new_key())))
     assert responses[0].status_code == 201
     claim, view = sent[0], sent[1]
-    assert "BEGIN" in claim and "advisory_xact_lock" in claim
+    assert "BEGIN" in claim
+    assert "advisory_xact_lock" in claim
     assert "testapp_charge" in view
     sql = [q["sql"] for q in captured.captured_queries]
     assert any(s.startswith("BEGIN") and "advisory_xact_lock" in s for s in sql)

@@ -115,6 +115,8 @@ def read_committed(conn: BaseDatabaseWrapper) -> Iterator[None]:
         # ours has ended; a connection closed meanwhile is never used again.
         if conn.connection is raw and not raw.closed and not conn.in_atomic_block:
             raw.isolation_level = None
+
+
 # The server's default level (the database's or role's setting), asked once per
 # alias in this process: not a round trip per new connection (CONN_MAX_AGE = 0).
 _server_default: dict[str, bool] = {}
