@@ -14,6 +14,7 @@ locks, the trigger makes the same error where and when the test says.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,9 @@ TABLE = IdempotencyEntry._meta.db_table
 _FUNCTION = """
 CREATE OR REPLACE FUNCTION idem_test_serialization_failure() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN
+    IF NEW.key LIKE '%-other-%' THEN
+        RAISE EXCEPTION 'injected' USING ERRCODE = 'check_violation';
+    END IF;
     RAISE EXCEPTION 'injected' USING ERRCODE = 'serialization_failure';
 END $$"""
 _WHEN = "FOR EACH ROW WHEN (NEW.status <> 'in_progress' AND NEW.key LIKE '{prefix}%')"
@@ -45,8 +49,10 @@ _TRIGGERS = {
 }
 
 
-@pytest.fixture
-def failing_triggers() -> Iterator[None]:
+@pytest.fixture(params=[True, False], ids=["prepared", "carried-commit"])
+def failing_triggers(request: pytest.FixtureRequest, settings: Any) -> Iterator[None]:
+    """The triggers, with the record prepared (COMMIT apart) or carrying the COMMIT."""
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = request.param
     with connection.cursor() as cursor:
         cursor.execute(_FUNCTION)
         for sql in _TRIGGERS.values():
@@ -72,6 +78,21 @@ def test_a_serialization_failure_after_the_view_is_a_409_and_commits_nothing(
     # The key is free: with the failure gone, the retry runs once.
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TRIGGER idem_test_fail_{where} ON {TABLE}")
+    assert send(key, {"amount": 100, "reference": key}).status_code == 201
+    assert charges(key) == 1
+
+
+def test_any_other_failure_at_commit_is_a_500_that_commits_nothing(
+    failing_triggers: None,
+) -> None:
+    """Not a serialization failure (a deferred constraint): the view's error, the key free."""
+    key = f"fail-at-commit-other-{new_key()}"
+    response = send(key, {"amount": 100, "reference": key})
+    assert response.status_code == 500
+    assert charges(key) == 0
+    assert not IdempotencyEntry.objects.filter(key=key).exists()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER idem_test_fail_commit ON {TABLE}")
     assert send(key, {"amount": 100, "reference": key}).status_code == 201
     assert charges(key) == 1
 
@@ -102,6 +123,10 @@ class ShortStatementTimeout(threading.Thread):
         return self.response
 
 
+@pytest.mark.skipif(
+    os.environ.get("IDEMPOTENCY_TEST_POOLER") == "pgbouncer",
+    reason="a session's statement_timeout does not follow a client through PgBouncer",
+)
 def test_a_wait_cut_short_by_statement_timeout_is_a_409(caplog: pytest.LogCaptureFixture) -> None:
     key = new_key()
     with psycopg.connect(dsn(), prepare_threshold=None) as holder:
