@@ -1,13 +1,16 @@
-"""``python -m bench.added``: what protection adds to a first execution, over the floor.
+"""``python -m bench.added``: what protection adds to a first execution, over what users have.
 
 Every case runs interleaved with the others, round after round, in one process
 (Django's test client, no middleware), so that load from elsewhere hits them
-alike. Printed per case: the median added time (protected request minus the
-same request unprotected, in milliseconds) and that over the **floor**: psycopg
-alone sending ``INSERT … ON CONFLICT DO NOTHING`` and ``UPDATE`` on a
-UNIQUE(tenant, key) table in autocommit, bound client-side (as Django sends
-SQL), measured in the same rounds. The figure is the median over rounds of each
-round's median; the spread shows the noise.
+alike. The headline is the median added time of a protected request over the
+view users had before protecting it: a plain view in **autocommit** (its write
+one round trip), in milliseconds and over the **floor**: psycopg alone sending
+``INSERT … ON CONFLICT DO NOTHING`` and ``UPDATE`` on a UNIQUE(tenant, key)
+table in autocommit, bound client-side (as Django sends SQL), measured in the
+same rounds. The comparison with a view already inside ``atomic()`` follows as
+a secondary line. Each figure is the median over rounds of each round's median;
+the range of the round medians shows the noise, and the load average before
+and after says how busy the machine was.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python -m bench.added --rounds 5 --requests 200
 """
