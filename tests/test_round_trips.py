@@ -170,3 +170,20 @@ def test_a_record_meeting_a_row_already_there_commits_nothing(claim_form: str) -
     assert response.status_code == 409, response.content
     assert charges(key) == 0
     assert _committed(key) == 0
+
+
+def test_a_transaction_begun_by_hand_is_left_to_its_owner(claim_form: str) -> None:
+    """``set_autocommit(False)`` before the view: no BEGIN carried, psycopg left as it was."""
+    key = new_key()
+    connection.set_autocommit(False)
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            response = post(Client(), "/charges/", key)
+        assert response.status_code == 201
+        assert connection.connection.autocommit is False  # still the owner's transaction
+        assert not any(q["sql"].startswith("BEGIN ") for q in captured.captured_queries)
+        assert not any(q["sql"].endswith("; COMMIT") for q in captured.captured_queries)
+        connection.rollback()  # the owner's decision: nothing of it stays
+    finally:
+        connection.set_autocommit(True)
+    assert charges(key) == 0

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from idempotency_django.store import prepared
 from idempotency_django.store.sql import (
     BUSY,
     Claim,
@@ -52,7 +53,7 @@ def claim(target: Target, owner: uuid.UUID, *, relaxed: bool, bounded: bool) -> 
     params: list[Any] = [target.lock_id, *idle_params(target)[: int(bounded)]]
     params += [*insert_params(conn, target, owner), target.tenant, target.key]
     conn.ensure_connection()
-    if not server_side_binding(conn):
+    if not prepared.server_side_binding(conn):
         sql = carry_begin(conn) + sql
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
@@ -98,19 +99,20 @@ def carry_begin(conn: BaseDatabaseWrapper) -> str:
     own, so query capture and ``execute_wrapper()`` hooks see it.
     """
     raw = conn.connection
-    if raw is None or raw.autocommit or not conn.in_atomic_block or len(conn.atomic_blocks) != 1:
+    # Only the library's own outermost atomic() that turned autocommit off itself
+    # (commit_on_exit): its exit commits and turns autocommit back on. A
+    # transaction begun by hand (set_autocommit(False)) is left to its owner.
+    if raw is None or raw.autocommit or len(conn.atomic_blocks) != 1 or not conn.commit_on_exit:
         return ""
     from psycopg.pq import TransactionStatus  # only here: importing the app needs no psycopg
 
     if raw.pgconn.transaction_status != TransactionStatus.IDLE:
         return ""
+    if raw.read_only is not None or raw.deferrable is not None:
+        return ""  # a BEGIN of the connection's own making: psycopg's, as before
     begin = "BEGIN"
     if raw.isolation_level is not None:
         begin += f" ISOLATION LEVEL {raw.isolation_level.name.replace('_', ' ')}"
-    if raw.read_only is not None:
-        begin += " READ ONLY" if raw.read_only else " READ WRITE"
-    if raw.deferrable is not None:
-        begin += " DEFERRABLE" if raw.deferrable else " NOT DEFERRABLE"
     raw.autocommit = True  # client side only: no round trip
     return f"{begin}; "
 
@@ -128,14 +130,9 @@ def carry_commit(conn: BaseDatabaseWrapper) -> str:
     # psycopg in autocommit inside Django's transaction: only carry_begin() does that.
     if raw is None or not raw.autocommit or conn.get_autocommit() or conn.savepoint_ids:
         return ""
-    if len(conn.atomic_blocks) != 1 or conn.needs_rollback or not conn.in_atomic_block:
+    if len(conn.atomic_blocks) != 1 or conn.needs_rollback or not conn.commit_on_exit:
         return ""
     return "; COMMIT"
-
-
-def server_side_binding(conn: BaseDatabaseWrapper) -> bool:
-    """Whether Django's own cursors on ``conn`` bind server-side (one statement per query)."""
-    return bool(conn.settings_dict.get("OPTIONS", {}).get("server_side_binding"))
 
 
 def idle_params(target: Target) -> list[str]:

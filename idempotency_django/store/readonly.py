@@ -102,8 +102,10 @@ def read_committed(conn: BaseDatabaseWrapper) -> Iterator[None]:
     puts the level in the ``BEGIN`` it sends anyway: no round trip added.
     """
     raw = conn.connection
-    if raw.isolation_level is not None:
-        yield  # psycopg's BEGIN already names it (READ COMMITTED: usable() said so)
+    if raw.isolation_level is not None or not conn.get_autocommit():
+        # psycopg's BEGIN already names it (READ COMMITTED: usable() said so), or a
+        # transaction begun by hand (set_autocommit(False)) is its owner's.
+        yield
         return
     from psycopg import IsolationLevel
 
