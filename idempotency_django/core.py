@@ -226,7 +226,7 @@ def run(
         fingerprint.current,
         policy.lease,
         policy.ttl,
-        conf.IDLE_TIMEOUT,
+        policy.idle,
     )
     seen.slot = Run(policy.protocol)
     try:
@@ -255,7 +255,7 @@ def _execute(
         # The view marked its transaction for rollback: transient, unless it says otherwise.
         raise _Discard(response, store=getattr(response, STORE_AFTER_ROLLBACK, False))
     stored = stored_answer(response, policy.redact)
-    slot.record(status_of(stored), stored)
+    slot.record(status_of(stored), stored, last=True)  # nothing runs after it: carries COMMIT
     # Not cached now: most keys are never retried, and a SET per first execution
     # would cost every request. The first replay from the database fills the cache.
     return response
@@ -350,8 +350,10 @@ def bound_request_transaction(alias: str) -> None:
     holder lost behind a partition keeps its key for as long as TCP takes to notice.
     """
     conn = connections[alias]
+    if not conn.settings_dict["ATOMIC_REQUESTS"] or conn.vendor != "postgresql":
+        return  # checked first: the common case reads no setting
     idle = conf.IDLE_TIMEOUT
-    if idle is None or conn.vendor != "postgresql" or not conn.settings_dict["ATOMIC_REQUESTS"]:
+    if idle is None:
         return
     if len(conn.atomic_blocks) != 1:  # not inside exactly Django's request block
         return

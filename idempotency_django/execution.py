@@ -56,16 +56,22 @@ class Run:
     claim_seconds: float = 0.0
     waited_seconds: float = 0.0
     running: bool = False  # the caller's body has started: its errors are its own
+    recording: bool = False  # the body has returned: its answer is being stored, then committed
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
     _recorded_at: float = field(default=0.0, repr=False)
 
-    def record(self, status: str, answer: StoredResponse) -> None:
-        """Store the final answer in the body's transaction (fenced on the claim's owner)."""
+    def record(self, status: str, answer: StoredResponse, last: bool = False) -> None:
+        """Store the final answer in the body's transaction (fenced on the claim's owner).
+
+        ``last``: the caller sends nothing more in this transaction, so the
+        statement may carry its COMMIT (see ``pg.carry_commit``).
+        """
         assert self._claim is not None, "record() is for a run that holds the claim"
+        self.recording = True
         try:
             if isinstance(self._claim, readonly.Pending):
-                readonly.record(self._claim, status, answer, self._ttl)
+                readonly.record(self._claim, status, answer, self._ttl, last)
             elif not record_answer(self._claim, status, answer, self._ttl):
                 raise RuntimeError("idempotency claim lost while its row lock was held")
         except OperationalError as exc:
@@ -115,8 +121,10 @@ def claimed(
         else:
             yield from _claim_first(proto, target, run, wait, matches)
     except (OperationalError, InterfaceError) as exc:
-        if run.running:
+        if run.running and not (run.recording and pg.sqlstate(exc) in pg.SERIALIZATION_STATES):
             raise
+        # Before the body, or a serialization failure at the record or at COMMIT
+        # (SERIALIZABLE): the transaction rolled back whole, the key is free again.
         raise translate(exc, waited=wait) from exc
 
 
@@ -124,8 +132,10 @@ def translate(
     exc: OperationalError | InterfaceError, waited: float = 0.0
 ) -> RequestInProgress | StoreUnavailable:
     """The client error a database error met while claiming stands for."""
-    if pg.sqlstate(exc) in pg.BUSY_STATES or mysql.busy(exc):
+    state = pg.sqlstate(exc)
+    if state in pg.BUSY_STATES or mysql.busy(exc) or (state == pg.CANCELED and waited > 0):
         # Another transaction is at this key (and kept it for ``waited``): retry later.
+        # A lock wait longer than the server's statement_timeout is cancelled (57014).
         return RequestInProgress(retry_after=_bounded_retry(waited))
     if "database is locked" in str(exc):
         logger.warning(
@@ -141,11 +151,27 @@ def translate(
 def _in_transaction(
     proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
 ) -> Iterator[Run]:
-    bounded = _bounded(target)
     conn = connections[target.using]
     own = not conn.in_atomic_block  # a caller's transaction stays open
     deadline = time.monotonic() + wait
     read_only = proto is lock and readonly.usable(conn, own)
+    if read_only:
+        with readonly.read_committed(conn):
+            yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
+    else:
+        yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
+
+
+def _claim_loop(
+    proto: ModuleType,
+    target: Target,
+    run: Run,
+    matches: Matches,
+    deadline: float,
+    own: bool,
+    read_only: bool,
+) -> Iterator[Run]:
+    bounded = _bounded(target)
     while True:
         try:
             with transaction.atomic(using=target.using):

@@ -151,6 +151,7 @@ class Options:
             chooser=None if isinstance(chosen, str) else chosen,
             wanted=wanted,
             redact=self.redact if self.redact is not None else redactor(conf.REDACT),
+            idle=conf.IDLE_TIMEOUT,
         )
 
 
@@ -185,6 +186,7 @@ class Policy:
     chooser: Callable[[HttpRequest], str] | None = None
     wanted: str | None = None  # the protocol asked for (None: the database's default)
     redact: Redactor | None = None  # what of the answer is stored for replays
+    idle: timedelta | None = None  # IDEMPOTENCY_IDLE_TIMEOUT, compiled with the rest
 
 
 def protocol_for(database: str, wanted: str | None) -> str:

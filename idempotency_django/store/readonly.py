@@ -23,10 +23,12 @@ of :mod:`.pg`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import OperationalError, connections
+from django.db import IntegrityError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import seal
@@ -87,6 +89,36 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
 
 
 _COMMITTED = ("read committed", "read uncommitted")
+
+
+@contextmanager
+def read_committed(conn: BaseDatabaseWrapper) -> Iterator[None]:
+    """Transactions opened here begin ``ISOLATION LEVEL READ COMMITTED``, whatever the session says.
+
+    :func:`usable` judged the alias's level (psycopg's, else the server's default);
+    an earlier request may have changed the session's since (``SET SESSION
+    CHARACTERISTICS ... REPEATABLE READ`` on a persistent connection), and the
+    claim's lookup would then read on a snapshot older than its lock. psycopg
+    puts the level in the ``BEGIN`` it sends anyway: no round trip added.
+    """
+    raw = conn.connection
+    if raw.isolation_level is not None or not conn.get_autocommit():
+        # psycopg's BEGIN already names it (READ COMMITTED: usable() said so), or a
+        # transaction begun by hand (set_autocommit(False)) is its owner's.
+        yield
+        return
+    from psycopg import IsolationLevel
+
+    raw.isolation_level = IsolationLevel.READ_COMMITTED
+    try:
+        yield
+    finally:
+        # Left as found for the connection's next transaction (the user's own), once
+        # ours has ended; a connection closed meanwhile is never used again.
+        if conn.connection is raw and not raw.closed and not conn.in_atomic_block:
+            raw.isolation_level = None
+
+
 # The server's default level (the database's or role's setting), asked once per
 # alias in this process: not a round trip per new connection (CONN_MAX_AGE = 0).
 _server_default: dict[str, bool] = {}
@@ -126,8 +158,11 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
         sql = cached_sql(conn, name, lambda: claim_sql(conn, blocking, bounded))
         params: list[Any] = [f"{max(1, int(wait * 1000))}ms"] if blocking else []
         params += [*lock_params, target.tenant, target.key]
+        begin = pg.carry_begin(conn)
         with conn.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(begin + sql, params)
+            if begin:
+                cursor.nextset()  # past the BEGIN's empty result
             got = blocking or bool(cursor.fetchone()[0])
             while cursor.nextset():
                 pass  # the last result is the lookup's
@@ -201,15 +236,25 @@ _COLUMNS = (
 )
 
 
-def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> None:
+def record(
+    claim: Pending, status: str, response: StoredResponse, ttl: Any, last: bool = False
+) -> None:
     """Insert the finished entry; a row already there (a writer that took no lock) is a 409.
 
     The caller is inside the claim's transaction: the 409 rolls back the view's writes too.
+    ``last``: nothing follows in the transaction; the statement may carry its COMMIT.
     """
     conn = connections[claim.using]
     sql = cached_sql(conn, "ro-record", lambda: _record_sql(conn))
     headers, body = seal.row_columns(claim.using, claim.tenant, claim.key, response)
-    use = prepared.cursor(conn) if prepared.enabled(conn) else conn.cursor()
+    prepare = prepared.enabled(conn)
+    use = prepared.cursor(conn) if prepare else conn.cursor()
+    commit = pg.carry_commit(conn) if last and not prepare else ""
+    if commit:
+        # The COMMIT must not follow a conflict: without ON CONFLICT the INSERT
+        # fails, and the server skips the rest of the query (the COMMIT).
+        sql = cached_sql(conn, "ro-record-commit", lambda: _record_sql(conn, conflict=""))
+        sql += commit
     params = [
         claim.tenant,
         claim.key,
@@ -225,22 +270,28 @@ def record(claim: Pending, status: str, response: StoredResponse, ttl: Any) -> N
     try:
         with use as cursor:
             cursor.execute(sql, params)
-            inserted = cursor.rowcount == 1
+            inserted = cursor.rowcount == 1  # the INSERT's (a carried COMMIT's result follows)
     except OperationalError as exc:
         if pg.sqlstate(exc) not in pg.BUSY_STATES:
             raise
         inserted = False  # a stricter level than we saw: the key committed meanwhile
+    except IntegrityError as exc:
+        if not commit or pg.sqlstate(exc) != "23505":
+            raise
+        inserted = False  # the carried COMMIT's form: the row is there
     if not inserted:
         raise RequestInProgress()
 
 
-def _record_sql(conn: BaseDatabaseWrapper) -> str:
+def _record_sql(conn: BaseDatabaseWrapper, conflict: str | None = None) -> str:
     now = now_sql(conn)
     values = f"%s, %s, %s, %s, %s::uuid, %s, %s, %s::jsonb, %s, {now}, {now}, {later_sql(conn)}"
+    if conflict is None:
+        conflict = f" ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING"
     return (
         f"INSERT INTO {table(conn)} ({', '.join(q(conn, c) for c in _COLUMNS)}) "
-        f"VALUES ({values}) ON CONFLICT ({q(conn, 'tenant')}, {q(conn, 'key')}) DO NOTHING"
+        f"VALUES ({values}){conflict}"
     )
 
 
-__all__ = ["Pending", "claim", "claim_sql", "record", "usable"]
+__all__ = ["Pending", "claim", "claim_sql", "read_committed", "record", "usable"]

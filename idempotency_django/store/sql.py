@@ -8,6 +8,7 @@ datetimes here, so ``USE_TZ = False`` and a database ``TIME_ZONE`` change nothin
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,9 +38,12 @@ class Target:
     ttl: timedelta
     idle: timedelta | None = None  # IDEMPOTENCY_IDLE_TIMEOUT: see ``pg.IDLE_BOUND``
 
-    @property
+    @functools.cached_property
     def lock_id(self) -> int:
-        """The key's advisory lock id: keyed with the server secret (``secret.lock_id``)."""
+        """The key's advisory lock id: keyed with the server secret (``secret.lock_id``).
+
+        Computed once per target (a claim, a wait, the claim again: one HMAC).
+        """
         from idempotency_django.secret import lock_id
 
         return lock_id(self.using, self.tenant, self.key)

@@ -1,0 +1,189 @@
+"""The claim carries its transaction's BEGIN, the record its COMMIT: round trips counted.
+
+Where the library's statements go out as simple queries (Django's client-side
+binding, prepared statements off: e.g. behind PgBouncer in transaction mode),
+the claim's query starts with the transaction's ``BEGIN`` and the read-only
+claim's record ends with its ``COMMIT``: a first execution costs the view's own
+statements plus two round trips. Counted at the wire with libpq's trace of the
+messages the client sends (a ``Query`` or a ``Sync`` each ends a round trip),
+not with timings.
+
+Both texts go through Django's cursor: query capture and ``execute_wrapper()``
+hooks see them. The safety of carrying the COMMIT is proved here too: a record
+that meets a row already there (a writer that took no lock) must not commit
+the view's writes, and ``on_commit`` hooks run once the COMMIT has happened.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import path
+
+from idempotency_django import idempotent
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.secret import server_secret
+from idempotency_django.store import readonly
+from tests.helpers import charges, new_key, post
+from tests.lock_helpers import dsn, query
+from tests.testapp.models import Charge
+
+pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+TABLE = IdempotencyEntry._meta.db_table
+hooks: list[int] = []
+
+
+@idempotent
+def charge_with_hook(request: HttpRequest) -> HttpResponse:
+    key = request.idempotency.key  # type: ignore[attr-defined]
+    Charge.objects.create(reference=key, amount=100)
+    # Committed by then: another connection sees the charge.
+    transaction.on_commit(lambda: hooks.append(_committed(key)))
+    return JsonResponse({"ok": True}, status=201)
+
+
+def _committed(key: str) -> int:
+    return int(query("SELECT count(*) FROM testapp_charge WHERE reference = %s", (key,))[0][0])
+
+
+urlpatterns = [path("hooked/", charge_with_hook)]
+
+
+@pytest.fixture(params=["read-only", "inserting"])
+def claim_form(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = False
+    enabled, readonly.ENABLED = readonly.ENABLED, request.param == "read-only"
+    server_secret()  # read once per process, never per request
+    yield str(request.param)
+    readonly.ENABLED = enabled
+
+
+def round_trips(send: Callable[[], Any]) -> list[str]:
+    """What ``send()`` made its connection send: one line per round trip.
+
+    The trace starts at the request's first statement, on the connection the
+    request holds then (a pool hands each request any of its connections); with
+    prepared statements off, the ``BEGIN`` travels in that statement.
+    """
+    fd, name = tempfile.mkstemp()
+    traced: list[Any] = []
+
+    def start(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not traced:
+            traced.append(connection.connection.pgconn)
+            traced[0].trace(fd)
+            traced[0].set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        return execute(sql, params, many, context)
+
+    try:
+        with connection.execute_wrapper(start):
+            send()
+        traced[0].untrace()
+        with open(name) as trace_file:
+            lines = trace_file.read().splitlines()
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    return [
+        line
+        for line in lines
+        if line.startswith("F\t") and ("\tQuery\t" in line or "\tSync" in line)
+    ]
+
+
+def test_a_first_execution_is_the_views_statements_plus_two_round_trips(
+    claim_form: str,
+) -> None:
+    client = Client()
+    post(client, "/charges/", new_key())  # the connection is open and warm
+    responses: list[Any] = []
+    with CaptureQueriesContext(connection) as captured:
+        sent = round_trips(lambda: responses.append(post(client, "/charges/", new_key())))
+    assert responses[0].status_code == 201
+    claim, view = sent[0], sent[1]
+    assert "BEGIN" in claim
+    assert "advisory_xact_lock" in claim
+    assert "testapp_charge" in view
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert any(s.startswith("BEGIN") and "advisory_xact_lock" in s for s in sql)
+    if "WITH lk" in claim:
+        # The inserting claim: asked for, or a pooled session handed back at another
+        # level (an earlier test's): usable() judged the session's own.
+        assert claim_form == "inserting" or connection.connection.isolation_level is not None
+        claim_form = "inserting"
+    if claim_form == "read-only":
+        assert len(sent) == 3, sent  # was 5: BEGIN and COMMIT each a round trip of their own
+        assert sent[2].rstrip('"').endswith("; COMMIT")
+        assert any(s.endswith("; COMMIT") and TABLE in s for s in sql)
+    else:
+        # The inserting claim's record is an UPDATE whose "no row" must still roll
+        # back: its COMMIT stays a round trip of its own.
+        assert len(sent) == 4, sent
+        assert "COMMIT" in sent[3]
+
+
+@pytest.mark.urls(__name__)
+def test_on_commit_hooks_run_after_the_carried_commit(claim_form: str) -> None:
+    hooks.clear()
+    key = new_key()
+    response = post(Client(), "/hooked/", key)
+    assert response.status_code == 201
+    assert hooks == [1]
+    assert charges(key) == 1
+
+
+def test_a_record_meeting_a_row_already_there_commits_nothing(claim_form: str) -> None:
+    """A writer that took no lock inserted the key meanwhile: 409, the view's charge rolled back."""
+    if claim_form != "read-only":
+        pytest.skip("the inserting claim's row is the key's from the start")
+    key = new_key()
+
+    forms: list[bool] = []
+
+    def intruder(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not forms:
+            forms.append("WITH lk" not in sql)  # the claim: read-only, or inserting
+        if sql.startswith(f'INSERT INTO "{TABLE}"'):
+            with psycopg.connect(dsn(), autocommit=True, prepare_threshold=None) as other:
+                other.execute(
+                    f"INSERT INTO {TABLE} (tenant, key, fingerprint, status, owner, response_headers, "
+                    "locked_until, created_at, expires_at) VALUES ('', %s, '', 'in_progress', "
+                    "gen_random_uuid(), '{}', now() + interval '1 minute', now(), "
+                    "now() + interval '1 day')",
+                    (key,),
+                )
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(intruder):
+        response = post(Client(raise_request_exception=False), "/charges/", key)
+    if not forms[0]:
+        pytest.skip("a pooled session handed back at another isolation level: inserting claim")
+    assert response.status_code == 409, response.content
+    assert charges(key) == 0
+    assert _committed(key) == 0
+
+
+def test_a_transaction_begun_by_hand_is_left_to_its_owner(claim_form: str) -> None:
+    """``set_autocommit(False)`` before the view: no BEGIN carried, psycopg left as it was."""
+    key = new_key()
+    connection.set_autocommit(False)
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            response = post(Client(), "/charges/", key)
+        assert response.status_code == 201
+        assert connection.connection.autocommit is False  # still the owner's transaction
+        assert not any(q["sql"].startswith("BEGIN ") for q in captured.captured_queries)
+        assert not any(q["sql"].endswith("; COMMIT") for q in captured.captured_queries)
+        connection.rollback()  # the owner's decision: nothing of it stays
+    finally:
+        connection.set_autocommit(True)
+    assert charges(key) == 0
