@@ -117,10 +117,7 @@ class PaidCharge:
 
 def _paid(request: HttpRequest, amount: int, description: str) -> PaidCharge:
     charge = Charge.objects.create(amount=amount, description=description)
-    delay = float(request.headers.get("X-Chaos-Delay") or 0)
-    if delay > 0:
-        announce(request.idempotency.key)  # type: ignore[attr-defined]
-        keep_working(delay)
+    pause(request)
     return PaidCharge(id=charge.pk, amount=charge.amount, description=charge.description)
 
 

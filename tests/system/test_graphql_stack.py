@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from tests.system import chaos, scenarios
+from tests.system import scenarios
 from tests.system.chaos import InFlight, expect
-from tests.system.harness import Answer, SampleServer, ScratchDatabase, new_keys, request
+from tests.system.harness import Answer, Gate, SampleServer, ScratchDatabase, new_keys, request
 
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres]
 
@@ -31,15 +31,15 @@ STACKS = pytest.mark.parametrize(
 )
 
 
-def pay(port: int, key: str, path: str, field: str, delay: float = 0) -> Answer:
+def pay(port: int, key: str, path: str, field: str, gate: int | None = None) -> Answer:
     """The mutation with ``key`` in the Idempotency-Key header (and as the description)."""
     query = (
         f"mutation($d: String!) {{ {field}(amount: 100, description: $d) {{ id description }} }}"
     )
     body = json.dumps({"query": query, "variables": {"d": key}}).encode()
     headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
-    if delay:
-        headers["X-Chaos-Delay"] = str(delay)
+    if gate is not None:
+        headers["X-Chaos-Gate"] = str(gate)  # waits there, after its write, until opened
     return request(port, "POST", path, body, headers)
 
 
@@ -67,13 +67,18 @@ def test_a_killed_worker_inside_a_mutation_commits_nothing_and_the_key_runs_once
     server: SampleServer, scratch: ScratchDatabase, protocol: str, path: str, field: str
 ) -> None:
     key = new_keys(1, "gql-kill")[0]  # short: application_name holds 63 bytes
-    flight = InFlight(key, path)
+    flight = InFlight(key, path, Gate(scratch).close())
     flight.thread = threading.Thread(
-        target=lambda: flight.answers.append(pay(server.port, key, path, field, delay=60)),
+        target=lambda: flight.answers.append(pay(server.port, key, path, field, flight.gate.id)),
         daemon=True,
     )
     flight.thread.start()
-    backend = chaos.wait_for_backend(scratch, key)  # the resolver is inside its transaction
+    try:
+        backend = flight.gate.waiter(key)  # the resolver is inside its transaction, at the gate
+    except BaseException:
+        flight.gate.open()
+        raise
+    assert backend is not None
     assert server.kill_worker(backend.worker)
     assert flight.answer().status == 0
     assert scenarios.gone(scratch, backend.pid)
