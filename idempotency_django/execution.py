@@ -35,7 +35,7 @@ from idempotency_django.exceptions import (
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 from idempotency_django.secret import server_secret
-from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly
+from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly, sqlite
 from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
 from idempotency_django.store.sql import record as record_answer
 
@@ -125,19 +125,26 @@ def claimed(
             raise
         # Before the body, or a serialization failure at the record or at COMMIT
         # (SERIALIZABLE): the transaction rolled back whole, the key is free again.
-        raise translate(exc, waited=wait) from exc
+        raise translate(exc, waited=wait, claiming=True) from exc
 
 
 def translate(
-    exc: OperationalError | InterfaceError, waited: float = 0.0
+    exc: OperationalError | InterfaceError, waited: float = 0.0, *, claiming: bool = False
 ) -> RequestInProgress | StoreUnavailable:
-    """The client error a database error met while claiming stands for."""
+    """The client error a database error met while claiming (``claiming``) stands for."""
     state = pg.sqlstate(exc)
     if state in pg.BUSY_STATES or mysql.busy(exc) or (state == pg.CANCELED and waited > 0):
         # Another transaction is at this key (and kept it for ``waited``): retry later.
         # A lock wait longer than the server's statement_timeout is cancelled (57014).
         return RequestInProgress(retry_after=_bounded_retry(waited))
-    if "database is locked" in str(exc):
+    if sqlite.busy(exc):
+        if claiming:
+            # SQLite has one writer for the whole file: a claim that timed out on its lock
+            # met another request's open transaction (under ATOMIC_REQUESTS, one whose
+            # claim stays uncommitted while its view runs), maybe at this very key. The
+            # store is there and nothing ran: retry later, as for MariaDB's lock wait 1205.
+            logger.info("idempotency claim met SQLite's database lock (%s): 409", exc)
+            return RequestInProgress(retry_after=_bounded_retry(waited))
         logger.warning(
             "idempotency store busy: SQLite lock contention (%s); see the SQLite settings "
             "in the operations guide (transaction_mode IMMEDIATE, timeout)",
