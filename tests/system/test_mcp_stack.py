@@ -4,9 +4,10 @@ The sample project under gunicorn serves ``tests.system.served_urls``'s ``/chaos
 django-mcp-server's own view, spoken to as an agent's client does (JSON-RPC over
 HTTP: ``initialize``, then ``tools/call`` in that session), each caller with a DRF
 token. Under both protocols: a call retried with its key replays the first result
-and runs once, two users with one key each run theirs, and a worker SIGKILLed inside
-the tool's transaction (at its gate, after its write) commits nothing, and the key's
-retries run the tool once.
+and runs once (the key with other arguments is refused), two users with one key each
+run theirs, a call whose key is running (held at its gate, after its write) is refused
+"in-progress", and a worker SIGKILLed there commits nothing, and the key's retries run
+the tool once.
 """
 
 from __future__ import annotations
@@ -142,6 +143,10 @@ def test_a_killed_worker_inside_a_tool_call_commits_nothing_and_the_key_runs_onc
         flight.gate.open()
         raise
     assert backend is not None
+    # Another session's call with the key while the first holds it at the gate: refused.
+    refused, why = result(Agent(server.port, tokens[USERS[0]]).charge(key))
+    assert refused, why
+    assert why.startswith("in-progress: "), why
     assert server.kill_worker(backend.worker)
     assert flight.answer().status == 0
     assert scenarios.gone(scratch, backend.pid)
