@@ -169,15 +169,26 @@ def _missing() -> IdempotencyError:
 
 def _request(owner: object) -> HttpRequest:
     """The MCP call's Django request: the toolset's ``self.request``, else django-mcp-server's."""
-    request = getattr(owner, "request", None)
-    if not isinstance(request, HttpRequest):
-        request = django_request_ctx.get(None)
-    if not isinstance(request, HttpRequest):
-        raise ImproperlyConfigured(
-            "An idempotent MCP tool needs the MCP call's Django request (to know its user): "
-            "call it through django-mcp-server, as an MCPToolset method or a server tool."
-        )
-    return request
+    for candidate in (getattr(owner, "request", None), django_request_ctx.get(None)):
+        request = _django_request(candidate)
+        if request is not None:
+            return request
+    raise ImproperlyConfigured(
+        "An idempotent MCP tool needs the MCP call's Django request (to know its user): "
+        "call it through django-mcp-server, as an MCPToolset method or a server tool."
+    )
+
+
+def _django_request(candidate: object) -> HttpRequest | None:
+    """``candidate`` itself, or the HttpRequest a DRF ``Request`` wraps.
+
+    django-mcp-server's endpoint is a DRF view: a served call's request is DRF's, whose
+    authentication also set the user on the HttpRequest it wraps (its ``user`` setter).
+    """
+    if isinstance(candidate, HttpRequest):
+        return candidate
+    wrapped = getattr(candidate, "_request", None)
+    return wrapped if isinstance(wrapped, HttpRequest) else None
 
 
 __all__ = ["ToolRefused", "from_arguments", "idempotent"]

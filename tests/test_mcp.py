@@ -162,6 +162,22 @@ def test_outside_an_mcp_call_it_says_so() -> None:
         OrderTools().create_order(new_key(), 5, new_key())
 
 
+def test_served_by_django_mcp_servers_drf_view_the_caller_is_its_authenticated_user() -> None:
+    """Served, the toolset holds DRF's ``Request`` (the MCP endpoint is a DRF view), which
+    wraps the HttpRequest; the tenant is the user DRF's authentication found
+    (``tests/system/test_mcp_stack.py`` calls it through gunicorn)."""
+    from rest_framework.request import Request
+
+    http = RequestFactory().post("/mcp")
+    http.user = AnonymousUser()
+    served = Request(http)
+    served.user = get_user_model().objects.create_user("carol")  # as DRF's authentication does
+    key = new_key()
+    answer = OrderTools(request=served).create_order(new_key(), 5, key)
+    assert answer["caller"] == "carol"
+    assert IdempotencyEntry.objects.get().tenant == str(served.user.pk)
+
+
 def test_importing_it_without_django_mcp_server_says_what_to_install() -> None:
     code = (
         "import sys\n"

@@ -26,11 +26,16 @@ from django.urls import URLPattern, URLResolver, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from graphene_django.views import GraphQLView as GrapheneView
+from mcp_server import MCPToolset
+from mcp_server.djangomcp import DjangoMCP
+from mcp_server.views import MCPServerStreamableHttpView
 from ninja import NinjaAPI, Status
+from rest_framework.authentication import TokenAuthentication
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
 
 from idempotency_django import graphene as idempotent_graphene
 from idempotency_django import idempotent
+from idempotency_django import mcp as idempotent_mcp
 from idempotency_django.ninja import idempotent as ninja_idempotent
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
 from sample_project.payments import views
@@ -180,6 +185,34 @@ graphene_view = GrapheneView.as_view(
     schema=graphene_schema, execution_context_class=idempotent_graphene.IdempotentExecutionContext
 )
 
+
+# And in an MCP tool (django-mcp-server), served on a server of its own: its endpoint speaks
+# MCP's JSON-RPC over HTTP; a DRF token names the caller (its user is the tenant).
+chaos_mcp = DjangoMCP(name="chaos")
+
+
+class ChaosTools(MCPToolset):  # type: ignore[misc]  # django-mcp-server is untyped
+    mcp_server = chaos_mcp
+
+    @idempotent_mcp.idempotent
+    def charge(self, amount: int, description: str, idempotency_key: str) -> dict[str, object]:
+        """Charge ``amount`` cents, recorded under ``description``."""
+        charge = Charge.objects.create(amount=amount, description=description)
+        gate = self.request.headers.get("X-Chaos-Gate")
+        if gate:  # after its write, inside the call's transaction
+            announce(idempotency_key)
+            wait_at_gate(int(gate))
+        user = self.request.user
+        caller = user.get_username() if user.is_authenticated else ""
+        return {"id": charge.pk, "description": charge.description, "caller": caller}
+
+
+# The mcp_server app (whose ready() registers every toolset) is not installed in the sample.
+chaos_mcp.register_mcptoolset(ChaosTools())
+mcp_view = MCPServerStreamableHttpView.as_view(
+    mcp_server=chaos_mcp, authentication_classes=[TokenAuthentication], permission_classes=[]
+)
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *cast(list[URLPattern | URLResolver], sample_urlpatterns),
     path("chaos/charges/", csrf_exempt(require_POST(idempotent(pause_after_write)))),
@@ -192,4 +225,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("chaos/graphql/", csrf_exempt(GraphQLView.as_view(schema=chaos_schema))),
     path("chaos/graphql/async/", csrf_exempt(AsyncGraphQLView.as_view(schema=chaos_schema))),
     path("chaos/graphene/", csrf_exempt(graphene_view)),
+    path("chaos/mcp", mcp_view),
 ]
