@@ -10,18 +10,23 @@ from tests.system.scenarios import summary
 
 # A storm's length is the machine's throughput: the timeout only bounds a broken run.
 pytestmark = [pytest.mark.system, pytest.mark.requires_postgres, pytest.mark.timeout(1800)]
+STORM_KEYS = 300
 
 
 def test_storm_commits_each_key_exactly_once(
     server: SampleServer, scratch: ScratchDatabase, protocol: str
 ) -> None:
-    """1,000 keys, each sent by 8 concurrent clients, a quarter of them sending again later."""
-    answers = storm(server.port, StormPlan(keys=1000, per_key=8, clients=32, seed=6))
+    """300 keys, each sent by 8 concurrent clients, a quarter of them sending again later.
+
+    CI's size (``make stress`` runs the long storms): every key still meets its seven
+    duplicates at once, which is what the promise is about; more keys only add time.
+    """
+    answers = storm(server.port, StormPlan(keys=STORM_KEYS, per_key=8, clients=32, seed=6))
     verdict = judge(answers, scratch)
     print(f"\nstorm ({protocol}): {summary(verdict)}")
     assert verdict.broken() == []
-    assert verdict.originals == verdict.keys == 1000
-    assert verdict.requests >= 8000
+    assert verdict.originals == verdict.keys == STORM_KEYS
+    assert verdict.requests >= 8 * STORM_KEYS
     assert verdict.duplicates_committed == 0
 
 
