@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
+from idempotency_django import seal
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.store import readonly
 from tests.helpers import charges, new_key
@@ -44,6 +45,7 @@ COLUMNS = (
     "fingerprint, status, response_status, response_reason, response_headers, response_body, "
     "locked_until, created_at, expires_at"
 )
+COPIED = COLUMNS.replace("response_headers, response_body", "%s::jsonb, %s")
 
 
 @pytest.fixture
@@ -97,12 +99,17 @@ def test_a_waiting_duplicate_on_a_repeatable_read_session_replays(
     key, model = new_key(), new_key()
     body = {"amount": 100, "reference": key}
     assert send(model, body).status_code == 201  # a real answer, copied under ``key`` below
+    # Sealed afresh for ``key``: an answer copied as it is onto another key does not open.
+    entry = IdempotencyEntry.objects.get(key=model)
+    answer = seal.answer_of("default", entry)
+    assert answer is not None
+    headers, sealed = seal.row_columns("default", entry.tenant, key, answer)
     with psycopg.connect(dsn(), prepare_threshold=None) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s::bigint)", [lock_id(key)])
         holder.execute(
             f"INSERT INTO {TABLE} (tenant, key, owner, {COLUMNS}) "
-            f"SELECT tenant, %s, gen_random_uuid(), {COLUMNS} FROM {TABLE} WHERE key = %s",
-            [key, model],
+            f"SELECT tenant, %s, gen_random_uuid(), {COPIED} FROM {TABLE} WHERE key = %s",
+            [key, headers, sealed, model],
         )
         duplicate = LeftAtRepeatableRead(key, body)
         duplicate.start()
