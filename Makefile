@@ -106,11 +106,12 @@ PYENV_BINS := $(shell ls -d $(HOME)/.pyenv/versions/3.1[123]*/bin 2>/dev/null | 
 tox: install
 	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel
 
-# CI's share of the matrix: its oldest and newest corners on PostgreSQL, from the built wheel.
+# CI's share of the matrix: its oldest and newest corners on PostgreSQL, from the built wheel,
+# in process (the system tier's real servers, workers and brokers run once, in `make test`).
 TOX_CORNERS := py311-dj52-postgres,py313-dj61-postgres
 
 tox-corners: install
-	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS)
+	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS) -- -m "not packaging and not system"
 
 # Past one database (docs/contributing.rst): shards and a replica (SQLite, then PostgreSQL),
 # then the race, crash and wait tests through PgBouncer (transaction mode) and Django's pool.
