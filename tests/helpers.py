@@ -84,3 +84,28 @@ def unreachable_database() -> Iterator[None]:
     finally:
         connection.close()
         connection.settings_dict.update(original)
+
+
+def duplicate_while_held(
+    send: Callable[[str, list[Any]], None],
+    key: str,
+    inside: threading.Event,
+    let_go: threading.Event,
+    guard: float,
+) -> tuple[Any, Any, bool]:
+    """``(first, duplicate, answered_while_held)``: a duplicate sent while the first request
+    waits inside its view (``inside`` set) until ``let_go`` is set; nothing here is timed,
+    ``guard`` only ends a broken run."""
+    first: list[Any] = []
+    duplicate: list[Any] = []
+    holder = threading.Thread(target=send, args=(key, first))
+    holder.start()
+    assert inside.wait(guard), "the first request never reached its view"
+    other = threading.Thread(target=send, args=(key, duplicate))
+    other.start()
+    other.join(guard)
+    answered_while_held = not other.is_alive()
+    let_go.set()
+    holder.join(guard)
+    other.join(guard)
+    return first[0], duplicate[0], answered_while_held

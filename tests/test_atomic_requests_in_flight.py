@@ -26,7 +26,7 @@ from rest_framework.response import Response
 
 from idempotency_django import idempotent
 from tests.conftest import database_vendor
-from tests.helpers import charges, new_key
+from tests.helpers import charges, duplicate_while_held, new_key
 from tests.testapp.models import Charge
 
 pytestmark = [
@@ -95,22 +95,10 @@ def test_an_in_flight_duplicate_is_answered_409_while_the_first_is_inside_its_vi
     atomic_requests: None, server_form: str
 ) -> None:
     key = new_key()
-    first: list[Any] = []
-    duplicate: list[Any] = []
-    holder = threading.Thread(target=send, args=(key, first))
-    holder.start()
-    assert inside.wait(GUARD), "the first request never reached its view"
-
-    other = threading.Thread(target=send, args=(key, duplicate))
-    other.start()
-    other.join(GUARD)
-    answered_while_held = not other.is_alive()
-    let_go.set()
-    holder.join(GUARD)
-    other.join(GUARD)
+    first, duplicate, answered_while_held = duplicate_while_held(send, key, inside, let_go, GUARD)
 
     assert answered_while_held, "the duplicate queued behind the first request's transaction"
-    assert duplicate[0].status_code == 409
-    assert duplicate[0]["Retry-After"]
-    assert first[0].status_code == 201
+    assert duplicate.status_code == 409
+    assert duplicate["Retry-After"]
+    assert first.status_code == 201
     assert charges(key) == 1

@@ -30,7 +30,7 @@ from ninja import NinjaAPI, Schema, Status
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
 from idempotency_django.execution import translate
 from idempotency_django.ninja import idempotent
-from tests.helpers import charges, new_key
+from tests.helpers import charges, duplicate_while_held, new_key
 from tests.testapp.models import Charge
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
@@ -97,24 +97,12 @@ def test_an_in_flight_duplicate_of_a_sync_operation_is_answered_409(
     atomic_requests: None,
 ) -> None:
     key = new_key()
-    first: list[Any] = []
-    duplicate: list[Any] = []
-    holder = threading.Thread(target=send, args=(key, first))
-    holder.start()
-    assert inside.wait(GUARD), "the first request never reached its operation"
-
-    other = threading.Thread(target=send, args=(key, duplicate))
-    other.start()
-    other.join(GUARD)
-    answered_while_held = not other.is_alive()
-    let_go.set()
-    holder.join(GUARD)
-    other.join(GUARD)
+    first, duplicate, answered_while_held = duplicate_while_held(send, key, inside, let_go, GUARD)
 
     assert answered_while_held, "the duplicate queued behind the first request's transaction"
-    assert duplicate[0].status_code == 409, duplicate[0].content
-    assert duplicate[0]["Retry-After"]
-    assert first[0].status_code == 201
+    assert duplicate.status_code == 409, duplicate.content
+    assert duplicate["Retry-After"]
+    assert first.status_code == 201
     assert charges(key) == 1
 
 
