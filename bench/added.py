@@ -54,16 +54,17 @@ def _floor(conn: psycopg.Connection[tuple[object, ...]], client_side: bool) -> S
     return sample
 
 
-def _post(path: str, key: str | None = None, replayed: bool = False) -> Sample:
+def _post(path: str, key: str | None = None, replayed: bool = False, token: str = "") -> Sample:
     from django.test import Client
 
     client = Client()
+    auth = {"Authorization": f"Token {token}"} if token else {}
 
     def sample() -> float:
         k = key or str(uuid.uuid4())
         started = time.perf_counter()
         response = client.post(
-            path, BODY, content_type="application/json", headers={"Idempotency-Key": k}
+            path, BODY, content_type="application/json", headers={"Idempotency-Key": k, **auth}
         )
         elapsed = time.perf_counter() - started
         assert response.status_code == 201, (path, response.status_code, response.content)
@@ -170,11 +171,27 @@ def cases(url: str, conns: list[psycopg.Connection[tuple[object, ...]]]) -> dict
         "drf_plain": _post("/drf/plain/"),
         "drf_lock": _post("/drf/lock/"),
     }
+    token = _token()
+    found["drf_token_plain"] = _post("/drf/token/plain/", token=token)
+    found["drf_token_lock"] = _post("/drf/token/lock/", token=token)
+    from bench.settings import PEER
+
+    if PEER:
+        found["drf_token_peer"] = _post("/drf/token/peer/", token=token)
     from bench.inprocess import redis_available
 
     if redis_available():
         found["cached"] = _post("/cached/")
     return found
+
+
+def _token() -> str:
+    """A DRF token for a user of its own: the token-authenticated cases' caller."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user = get_user_model().objects.create(username=f"bench-{uuid.uuid4()}")
+    return str(Token.objects.create(user=user).key)
 
 
 def _added(series: dict[str, Series], case: str, over: str) -> Series:
@@ -192,6 +209,7 @@ HEADLINE = (
     ("first execution, inserting claim", "lock_inserting", "autocommit"),
     ("first execution, lease", "lease", "autocommit"),
     ("DRF mixin over plain DRF view", "drf_lock", "drf_plain"),
+    ("DRF mixin, token-authenticated", "drf_token_lock", "drf_token_plain"),
     ("replay, over an empty request", "replay", "ping"),
     ("replay, 0.2.0's claim, over an empty request", "replay_020", "ping"),
 )
@@ -204,6 +222,9 @@ SECONDARY = (
 def report(series: dict[str, Series], load: tuple[str, str] = ("?", "?")) -> str:
     floor = series["floor"].median
     rows = [(name, _added(series, case, over)) for name, case, over in HEADLINE]
+    if "drf_token_peer" in series:
+        peer = _added(series, "drf_token_peer", "drf_token_plain")
+        rows.append(("peer: django-idempotency-key, token DRF", peer))
     if "cached" in series:
         rows.append(("cache on, first execution, over lock", _added(series, "cached", "lock")))
     first = _added(series, "lock", "autocommit").median

@@ -26,9 +26,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
+    "rest_framework",
+    "rest_framework.authtoken",  # the token-authenticated DRF views
     "idempotency_django",
     "tests.testapp",
 ]
+# django-idempotency-key, the peer the DRF path is compared with (the dev group has it).
+PEER = importlib.util.find_spec("idempotency_key") is not None
 # The outbox (issue 12) is measured when this checkout has it.
 OUTBOX = importlib.util.find_spec("idempotency_django.outbox") is not None
 if OUTBOX:

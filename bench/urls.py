@@ -16,6 +16,10 @@ urlpatterns: list[URLPattern] = [
     path("ping/", views.ping),
     path("drf/plain/", views.drf_plain),
     path("drf/lock/", views.drf_lock),
+    path("drf/peer/", views.drf_peer),
+    path("drf/token/plain/", views.drf_token_plain),
+    path("drf/token/lock/", views.drf_token_lock),
+    path("drf/token/peer/", views.drf_token_peer),
 ]
 if views.lock_enqueue is not None:
     urlpatterns.append(path("enqueue/", views.lock_enqueue))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from bench.settings import OUTBOX
+from bench.settings import OUTBOX, PEER
 from idempotency_django import idempotent
 from tests.testapp.models import Charge
 
@@ -88,9 +89,18 @@ def ping(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-def _drf_views() -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse]]:
-    """A plain DRF view and the same one with ``IdempotentMixin``: the mixin's own cost."""
+def _drf_views(
+    token: bool = False,
+) -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse], Callable[..., HttpResponse]]:
+    """A plain DRF view, the same one with ``IdempotentMixin`` (the mixin's own cost), and
+    with django-idempotency-key, the peer (its decorator and its middleware, on this view).
+
+    ``token``: the caller authenticates with DRF's ``TokenAuthentication`` (one query),
+    as an API's clients do; the mixin's tenant is then the token's user.
+    """
+    from rest_framework.authentication import TokenAuthentication
     from rest_framework.parsers import JSONParser
+    from rest_framework.permissions import IsAuthenticated
     from rest_framework.renderers import JSONRenderer
     from rest_framework.request import Request
     from rest_framework.response import Response
@@ -99,8 +109,8 @@ def _drf_views() -> tuple[Callable[..., HttpResponse], Callable[..., HttpRespons
     from idempotency_django.rest_framework import IdempotentMixin
 
     class Plain(APIView):
-        authentication_classes = ()
-        permission_classes = ()
+        authentication_classes = (TokenAuthentication,) if token else ()
+        permission_classes = (IsAuthenticated,) if token else ()
         renderer_classes = (JSONRenderer,)
         parser_classes = (JSONParser,)
 
@@ -112,7 +122,21 @@ def _drf_views() -> tuple[Callable[..., HttpResponse], Callable[..., HttpRespons
     class Protected(IdempotentMixin, Plain):
         idempotency_protocol = "lock"
 
-    return Plain.as_view(), Protected.as_view()
+    return Plain.as_view(), Protected.as_view(), _peer(Plain.as_view())
 
 
-drf_plain, drf_lock = _drf_views()
+def _peer(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view`` under django-idempotency-key (its defaults: answers kept in process memory),
+    or a stand-in answering 501 where it isn't installed (``make bench`` skips its case)."""
+    if not PEER:
+        return lambda request: HttpResponse(status=501)
+    from django.utils.decorators import decorator_from_middleware
+    from idempotency_key.decorators import idempotency_key
+    from idempotency_key.middleware import ExemptIdempotencyKeyMiddleware
+
+    peer = decorator_from_middleware(ExemptIdempotencyKeyMiddleware)(idempotency_key(view))
+    return cast("Callable[..., HttpResponse]", peer)
+
+
+drf_plain, drf_lock, drf_peer = _drf_views()
+drf_token_plain, drf_token_lock, drf_token_peer = _drf_views(token=True)

@@ -65,14 +65,14 @@ class Run:
         """Store the final answer in the body's transaction (fenced on the claim's owner).
 
         ``last``: the caller sends nothing more in this transaction, so the
-        statement may carry its COMMIT (see ``pg.carry_commit``).
+        statement may carry its COMMIT (see ``store.carry``).
         """
         assert self._claim is not None, "record() is for a run that holds the claim"
         self.recording = True
         try:
             if isinstance(self._claim, readonly.Pending):
                 readonly.record(self._claim, status, answer, self._ttl, last)
-            elif not record_answer(self._claim, status, answer, self._ttl):
+            elif not record_answer(self._claim, status, answer, self._ttl, last):
                 raise RuntimeError("idempotency claim lost while its row lock was held")
         except OperationalError as exc:
             if not mysql.packet_too_large(exc):

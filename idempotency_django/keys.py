@@ -34,9 +34,12 @@ def parse_key(raw: str | bytes, max_length: int) -> str:
 
 
 def _parse_token(value: bytes) -> str:
-    if any(byte not in _VISIBLE for byte in value):
+    if value.translate(None, _VISIBLE_BYTES):  # anything left is not visible ASCII
         raise KeyMalformed("The idempotency key must be visible ASCII characters.")
     return value.decode("ascii")
+
+
+_VISIBLE_BYTES = bytes(sorted(_VISIBLE))
 
 
 def _parse_sf_string(value: bytes) -> str:

@@ -28,6 +28,7 @@ from django.test.utils import CaptureQueriesContext
 
 from idempotency_django import cache
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.store import carry
 from tests.conftest import reachable, service_missing
 from tests.helpers import charges, new_key, post, problem
 
@@ -194,6 +195,8 @@ def test_failed_commit_never_writes_the_cache(
         raise DatabaseError("commit failed")
 
     monkeypatch.setattr(connection, "commit", fail)
+    # Django's own COMMIT, not one carried by the record (store.carry).
+    monkeypatch.setattr(carry, "carry_commit", lambda conn: False)
     assert post(client, "/charges/", key).status_code == 500
     monkeypatch.undo()
     assert not in_cache(key)

@@ -15,7 +15,7 @@ from django.db import OperationalError, connection
 from django.test import Client
 
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import pg
+from idempotency_django.store import carry
 from tests.helpers import charges, new_key, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +54,7 @@ def test_failed_commit_frees_the_key() -> None:
         patch.setattr(connection, "commit", commit)
         # Django's own COMMIT, not one carried by the record (a failure there fails the
         # record's statement: tests/test_retryable_failures.py).
-        patch.setattr(pg, "carry_commit", lambda conn: "")
+        patch.setattr(carry, "carry_commit", lambda conn: False)
         assert post(client, "/charges/", key).status_code == 500
     assert charges(key) == 0
     assert not IdempotencyEntry.objects.filter(key=key).exists()

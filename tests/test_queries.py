@@ -98,7 +98,14 @@ class Statements:
 
     @property
     def kinds(self) -> list[str]:
-        return [kind(query["sql"]) for query in self.context.captured_queries]
+        """Each statement's kind; a BEGIN or COMMIT sent in a pipeline (prepared statements)
+        beside Django's own log of the same transaction control counts once."""
+        found: list[str] = []
+        for query in self.context.captured_queries:
+            k = kind(query["sql"])
+            if not (k in TRANSACTION_CONTROL and found and found[-1] == k):
+                found.append(k)
+        return found
 
     @property
     def sql(self) -> list[str]:
@@ -130,6 +137,11 @@ def kind(sql: str) -> str:
     text = sql.strip()
     if text.upper() in TRANSACTION_CONTROL:
         return text.upper()
+    if re.fullmatch(r"BEGIN ISOLATION LEVEL [A-Z ]+", text):
+        return "BEGIN"  # sent alone in a pipeline, before a prepared claim
+    # The transaction's BEGIN and COMMIT carried by our first and last statements
+    # (store.carry): the statement is what it carries them with.
+    text = re.sub(r"^BEGIN[^;]*;\s*", "", text).removesuffix("; COMMIT")
     if "idempotency_django_claim(" in text or (
         "advisory_xact_lock" in text and not text.upper().startswith("WITH")
     ):
@@ -137,6 +149,8 @@ def kind(sql: str) -> str:
     if _ENTRIES not in text:
         return "view"
     verb = text.split(None, 1)[0].upper()
+    if verb == "WITH" and text.startswith("WITH updated AS (UPDATE"):
+        return "record"  # the record carrying COMMIT: fails on no row (store.sql)
     if verb == "INSERT" and "response_status" in text:
         return "record"  # the read-only claim's one write: the finished entry
     if verb == "WITH" or verb == "INSERT":

@@ -58,12 +58,16 @@ def _committed(key: str) -> int:
 urlpatterns = [path("hooked/", charge_with_hook)]
 
 
-@pytest.fixture(params=["read-only", "inserting"])
+@pytest.fixture(
+    params=[("read-only", False), ("read-only", True), ("inserting", False), ("inserting", True)],
+    ids=["read-only", "read-only-prepared", "inserting", "inserting-prepared"],
+)
 def claim_form(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
-    settings.IDEMPOTENCY_PREPARED_STATEMENTS = False
-    enabled, readonly.ENABLED = readonly.ENABLED, request.param == "read-only"
+    form, prepared = request.param
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = prepared
+    enabled, readonly.ENABLED = readonly.ENABLED, form == "read-only"
     server_secret()  # read once per process, never per request
-    yield str(request.param)
+    yield str(form)
     readonly.ENABLED = enabled
 
 
@@ -93,11 +97,22 @@ def round_trips(send: Callable[[], Any]) -> list[str]:
     finally:
         os.close(fd)
         os.unlink(name)
-    return [
-        line
-        for line in lines
-        if line.startswith("F\t") and ("\tQuery\t" in line or "\tSync" in line)
-    ]
+    return _grouped([line for line in lines if line.startswith("F\t")])
+
+
+def _grouped(sent: list[str]) -> list[str]:
+    """The client's messages, one string per round trip: each ends at a Query or a Sync.
+
+    A simple query is one ``Query`` message; a pipeline (prepared statements, or
+    server-side binding) is ``Parse``/``Bind``/``Execute`` messages, then one ``Sync``.
+    """
+    trips, pending = [], []
+    for line in sent:
+        pending.append(line)
+        if "\tQuery\t" in line or "\tSync" in line:
+            trips.append("\n".join(pending))
+            pending = []
+    return trips
 
 
 def test_a_first_execution_is_the_views_statements_plus_two_round_trips(
@@ -111,24 +126,52 @@ def test_a_first_execution_is_the_views_statements_plus_two_round_trips(
     assert responses[0].status_code == 201
     claim, view = sent[0], sent[1]
     assert "BEGIN" in claim
-    assert "advisory_xact_lock" in claim
+    # A prepared claim, once parsed, is sent by name (Bind "_pg3_…"), not by its text.
+    assert "advisory_xact_lock" in claim or "\tBind\t" in claim
     assert "testapp_charge" in view
-    sql = [q["sql"] for q in captured.captured_queries]
-    assert any(s.startswith("BEGIN") and "advisory_xact_lock" in s for s in sql)
+    # Django's cursor saw both, in one query (client-side binding) or in two (a pipeline);
+    # a bare "BEGIN" is Django's own log of atomic() turning autocommit off (no message).
+    sql = [q["sql"] for q in captured.captured_queries if q["sql"] != "BEGIN"]
+    assert sql[0].startswith(("BEGIN ", "BEGIN;"))
+    assert any(word in " ".join(sql[:2]) for word in ("advisory_xact_lock", readonly.FUNCTION)), sql
     if "WITH lk" in claim:
         # The inserting claim: asked for, or a pooled session handed back at another
         # level (an earlier test's): usable() judged the session's own.
         assert claim_form == "inserting" or connection.connection.isolation_level is not None
         claim_form = "inserting"
-    if claim_form == "read-only":
-        assert len(sent) == 3, sent  # was 5: BEGIN and COMMIT each a round trip of their own
-        assert sent[2].rstrip('"').endswith("; COMMIT")
-        assert any(s.endswith("; COMMIT") and TABLE in s for s in sql)
-    else:
-        # The inserting claim's record is an UPDATE whose "no row" must still roll
-        # back: its COMMIT stays a round trip of its own.
-        assert len(sent) == 4, sent
-        assert "COMMIT" in sent[3]
+    # Was 5 (4 with the inserting claim): BEGIN and COMMIT each a round trip of their own.
+    assert len(sent) == 3, sent
+    assert "COMMIT" in sent[2]
+    # The record (a prepared one is sent by name, Bind "_pg3_…"): Django's cursor saw it,
+    # and the COMMIT (in the same text, or next in the pipeline).
+    record = next(s for s in reversed(sql) if TABLE in s)
+    assert record.startswith("INSERT INTO" if claim_form == "read-only" else "WITH updated")
+    assert record.endswith("; COMMIT") or sql[sql.index(record) + 1] == "COMMIT"
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+def test_a_lease_first_execution_carries_begin_with_its_row_lock_and_commit_with_its_record(
+    settings: Any, prepared: bool
+) -> None:
+    """ "lease": the claim commits alone (one round trip), then the row lock carries the
+    business transaction's BEGIN and the record its COMMIT: four round trips (was six)."""
+    settings.IDEMPOTENCY_PROTOCOL = "lease"
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = prepared
+    server_secret()
+    client = Client()
+    post(client, "/charges/", new_key())  # the connection is open and warm
+    responses: list[Any] = []
+    sent = round_trips(lambda: responses.append(post(client, "/charges/", new_key())))
+    assert responses[0].status_code == 201
+    assert len(sent) == 4, sent
+    claim, lock, view, record = sent
+    assert "INSERT" in claim
+    assert "COMMIT" not in claim
+    assert "BEGIN" in lock
+    assert "FOR UPDATE" in lock
+    assert "testapp_charge" in view
+    assert "UPDATE" in record
+    assert "COMMIT" in record
 
 
 @pytest.mark.urls(__name__)
@@ -170,6 +213,29 @@ def test_a_record_meeting_a_row_already_there_commits_nothing(claim_form: str) -
     assert response.status_code == 409, response.content
     assert charges(key) == 0
     assert _committed(key) == 0
+
+
+def test_a_record_that_finds_its_claim_gone_commits_nothing(claim_form: str) -> None:
+    """The inserting claim's record is an UPDATE fenced on the owner: one that finds no row
+    (the claim lost) must fail, not succeed with no row and let its carried COMMIT run."""
+    if claim_form != "inserting":
+        pytest.skip("the read-only claim's record inserts: a row already there is the case above")
+    key = new_key()
+
+    def thief(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "UPDATE" in sql and TABLE in sql and "response_status" in sql:
+            # On the request's own connection, inside its transaction: the row's owner changes.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {TABLE} SET owner = gen_random_uuid() WHERE key = %s", [key]
+                )
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(thief):
+        response = post(Client(raise_request_exception=False), "/charges/", key)
+    assert response.status_code == 500
+    assert _committed(key) == 0
+    assert not query(f"SELECT 1 FROM {TABLE} WHERE key = %s", (key,))
 
 
 def test_a_transaction_begun_by_hand_is_left_to_its_owner(claim_form: str) -> None:

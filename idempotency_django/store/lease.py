@@ -13,7 +13,7 @@ import uuid
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import mysql, pg, sql
+from idempotency_django.store import carry, mysql, pg, sql
 from idempotency_django.store.sql import (
     Claim,
     Found,
@@ -75,7 +75,7 @@ def hold(claim: Claim, target: Target, bounded: bool) -> bool:
             bound = pg.IDLE_BOUND if bounded else "1"
             params = [*pg.idle_params(target)[: int(bounded)], *fence]
             sql = f"SELECT {bound} FROM {table(conn)} WHERE {where_owner(conn)} FOR UPDATE"
-            cursor.execute(sql, params)
+            carry.first(cursor, sql, params)  # PostgreSQL: carries the BEGIN
             return cursor.fetchone() is not None
         # SQLite has no row locks: a write takes the database's write lock instead.
         cursor.execute(

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import prepared
+from idempotency_django.store import carry
 from idempotency_django.store.sql import (
     BUSY,
     Claim,
@@ -52,13 +52,8 @@ def claim(target: Target, owner: uuid.UUID, *, relaxed: bool, bounded: bool) -> 
     sql = cached_sql(conn, name, lambda: _claim_sql(conn, relaxed, bounded))
     params: list[Any] = [target.lock_id, *idle_params(target)[: int(bounded)]]
     params += [*insert_params(conn, target, owner), target.tenant, target.key]
-    conn.ensure_connection()
-    if not prepared.server_side_binding(conn):
-        sql = carry_begin(conn) + sql
     with conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        while cursor.description is None and cursor.nextset():
-            pass  # past the carried BEGIN's empty result
+        carry.first(cursor, sql, params)
         rows = {row[0]: tuple(row[1:]) for row in cursor.fetchall()}
     if _INSERTED in rows:
         return Claim(target.using, target.tenant, target.key, owner)
@@ -82,57 +77,6 @@ def _claim_sql(conn: BaseDatabaseWrapper, relaxed: bool, bounded: bool) -> str:
         f"UNION ALL SELECT {_INSERTED}, {nulls} FROM ins {_RELAXED if relaxed else ''} "
         f"UNION ALL SELECT {_BUSY}, {nulls} FROM lk WHERE NOT got"
     )
-
-
-def carry_begin(conn: BaseDatabaseWrapper) -> str:
-    """``BEGIN …; `` to send with the transaction's first statement, or ``""``.
-
-    psycopg sends the ``BEGIN`` of a transaction Django opened as a round trip
-    of its own, before the first statement. Where that statement is ours and is
-    sent as a simple query (client-side binding: several statements in one
-    message), it carries the ``BEGIN`` itself: psycopg is told the session is in
-    autocommit so that it sends nothing before it, while Django's bookkeeping
-    (``atomic()``, savepoints, ``on_commit``) is untouched; once the server is
-    in the transaction, psycopg's ``COMMIT`` and ``ROLLBACK`` go out as usual
-    (they look at the server's status, not at the autocommit flag), and
-    ``atomic()``'s exit turns autocommit back on. The text is the statement's
-    own, so query capture and ``execute_wrapper()`` hooks see it.
-    """
-    raw = conn.connection
-    # Only the library's own outermost atomic() that turned autocommit off itself
-    # (commit_on_exit): its exit commits and turns autocommit back on. A
-    # transaction begun by hand (set_autocommit(False)) is left to its owner.
-    if raw is None or raw.autocommit or len(conn.atomic_blocks) != 1 or not conn.commit_on_exit:
-        return ""
-    from psycopg.pq import TransactionStatus  # only here: importing the app needs no psycopg
-
-    if raw.pgconn.transaction_status != TransactionStatus.IDLE:
-        return ""
-    if raw.read_only is not None or raw.deferrable is not None:
-        return ""  # a BEGIN of the connection's own making: psycopg's, as before
-    begin = "BEGIN"
-    if raw.isolation_level is not None:
-        begin += f" ISOLATION LEVEL {raw.isolation_level.name.replace('_', ' ')}"
-    raw.autocommit = True  # client side only: no round trip
-    return f"{begin}; "
-
-
-def carry_commit(conn: BaseDatabaseWrapper) -> str:
-    """``; COMMIT`` for the transaction's last statement, where its ``BEGIN`` was carried too.
-
-    Only for the outermost ``atomic()`` block of ours, with no savepoint left
-    open: ``atomic()``'s own exit then finds the transaction over (psycopg's
-    ``commit()`` sends nothing on an idle session) and runs the ``on_commit``
-    hooks as usual. A failure at COMMIT fails the statement, which the caller
-    answers as it answers any failure of its record.
-    """
-    raw = conn.connection
-    # psycopg in autocommit inside Django's transaction: only carry_begin() does that.
-    if raw is None or not raw.autocommit or conn.get_autocommit() or conn.savepoint_ids:
-        return ""
-    if len(conn.atomic_blocks) != 1 or conn.needs_rollback or not conn.commit_on_exit:
-        return ""
-    return "; COMMIT"
 
 
 def idle_params(target: Target) -> list[str]:

@@ -42,7 +42,8 @@ def _prepared_cursor() -> type[Any]:
         """Binds server-side and prepares every statement it runs (kept per connection)."""
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs["prepare"] = True
+            # A statement without parameters (a carried BEGIN or COMMIT) runs unprepared.
+            kwargs["prepare"] = params is not None
             return super().execute(query, params, **kwargs)
 
     return Prepared

@@ -34,7 +34,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from idempotency_django import seal
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.responses import StoredResponse
-from idempotency_django.store import pg, prepared
+from idempotency_django.store import carry, pg, prepared
 from idempotency_django.store.sql import (
     BUSY,
     Claim,
@@ -150,7 +150,7 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
         idle = int(pg.idle_params(target)[0]) if bounded else None
         wait_ms = max(1, int(wait * 1000)) if blocking else 0
         with prepared.cursor(conn) if prepare else conn.cursor() as cursor:
-            cursor.execute(sql, [target.lock_id, wait_ms, idle, target.tenant, target.key])
+            carry.first(cursor, sql, [target.lock_id, wait_ms, idle, target.tenant, target.key])
             got, *found = cursor.fetchone()
         row = None if found[0] is None else found
     else:
@@ -158,11 +158,8 @@ def claim(target: Target, bounded: bool, wait: float) -> Found:
         sql = cached_sql(conn, name, lambda: claim_sql(conn, blocking, bounded))
         params: list[Any] = [f"{max(1, int(wait * 1000))}ms"] if blocking else []
         params += [*lock_params, target.tenant, target.key]
-        begin = pg.carry_begin(conn)
         with conn.cursor() as cursor:
-            cursor.execute(begin + sql, params)
-            if begin:
-                cursor.nextset()  # past the BEGIN's empty result
+            carry.first(cursor, sql, params)
             got = blocking or bool(cursor.fetchone()[0])
             while cursor.nextset():
                 pass  # the last result is the lookup's
@@ -247,14 +244,12 @@ def record(
     conn = connections[claim.using]
     sql = cached_sql(conn, "ro-record", lambda: _record_sql(conn))
     headers, body = seal.row_columns(claim.using, claim.tenant, claim.key, response)
-    prepare = prepared.enabled(conn)
-    use = prepared.cursor(conn) if prepare else conn.cursor()
-    commit = pg.carry_commit(conn) if last and not prepare else ""
+    use = prepared.cursor(conn) if prepared.enabled(conn) else conn.cursor()
+    commit = last and carry.carry_commit(conn)
     if commit:
         # The COMMIT must not follow a conflict: without ON CONFLICT the INSERT
-        # fails, and the server skips the rest of the query (the COMMIT).
+        # fails, and the server skips what follows it (the COMMIT).
         sql = cached_sql(conn, "ro-record-commit", lambda: _record_sql(conn, conflict=""))
-        sql += commit
     params = [
         claim.tenant,
         claim.key,
@@ -269,8 +264,9 @@ def record(
     ]
     try:
         with use as cursor:
-            cursor.execute(sql, params)
-            inserted = cursor.rowcount == 1  # the INSERT's (a carried COMMIT's result follows)
+            carry.last(cursor, sql, params, commit)
+            # Without ON CONFLICT (a carried COMMIT) a row already there is an error.
+            inserted = commit or cursor.rowcount == 1
     except OperationalError as exc:
         if pg.sqlstate(exc) not in pg.BUSY_STATES:
             raise

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DataError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import seal
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
+from idempotency_django.store import carry
 
 Status = IdempotencyEntry.Status
 IN_PROGRESS = Status.IN_PROGRESS.value
@@ -272,10 +273,21 @@ def _take_over_sql(conn: BaseDatabaseWrapper) -> str:
     )
 
 
-def record(claim: Claim, status: str, response: StoredResponse, ttl: timedelta) -> bool:
-    """Store the final answer, fenced on the owner token; it expires ``ttl`` from now."""
+def record(
+    claim: Claim, status: str, response: StoredResponse, ttl: timedelta, last: bool = False
+) -> bool:
+    """Store the final answer, fenced on the owner token; it expires ``ttl`` from now.
+
+    ``last``: nothing follows in the transaction; the statement may carry its COMMIT.
+    """
     conn = connections[claim.using]
-    sql = cached_sql(conn, "record", lambda: _record_sql(conn))
+    commit = last and carry.carry_commit(conn)
+    if commit:
+        # An UPDATE that finds no row (the claim lost) succeeds: this form fails
+        # instead (division by zero), so that the COMMIT after it never runs.
+        sql = cached_sql(conn, "record-commit", lambda: _record_sql(conn, guarded=True))
+    else:
+        sql = cached_sql(conn, "record", lambda: _record_sql(conn))
     headers, body = seal.row_columns(claim.using, claim.tenant, claim.key, response)
     params = [
         status,
@@ -289,17 +301,28 @@ def record(claim: Claim, status: str, response: StoredResponse, ttl: timedelta) 
         owner_param(conn, claim.owner),
     ]
     with conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        return bool(cursor.rowcount == 1)
+        try:
+            carry.last(cursor, sql, params, commit)
+        except DataError as exc:
+            if not commit or getattr(exc.__cause__, "sqlstate", None) != DIVISION_BY_ZERO:
+                raise
+            return False
+        return commit or cursor.rowcount == 1
 
 
-def _record_sql(conn: BaseDatabaseWrapper) -> str:
-    return (
+DIVISION_BY_ZERO = "22012"
+
+
+def _record_sql(conn: BaseDatabaseWrapper, guarded: bool = False) -> str:
+    update = (
         f"UPDATE {table(conn)} SET {q(conn, 'status')} = %s, {q(conn, 'response_status')} = %s, "
         f"{q(conn, 'response_reason')} = %s, {q(conn, 'response_headers')} = %s, "
         f"{q(conn, 'response_body')} = %s, {q(conn, 'locked_until')} = {now_sql(conn)}, "
         f"{q(conn, 'expires_at')} = {later_sql(conn)} WHERE {where_owner(conn)}"
     )
+    if not guarded:
+        return update
+    return f"WITH updated AS ({update} RETURNING 1) SELECT 1 / count(*) FROM updated"
 
 
 def release(claim: Claim) -> None:
