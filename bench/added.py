@@ -174,12 +174,13 @@ def cases(url: str, conns: list[psycopg.Connection[tuple[object, ...]]]) -> dict
     token = _token()
     found["drf_token_plain"] = _post("/drf/token/plain/", token=token)
     found["drf_token_lock"] = _post("/drf/token/lock/", token=token)
+    from bench.inprocess import redis_available
     from bench.settings import PEER
 
     if PEER:
         found["drf_token_peer"] = _post("/drf/token/peer/", token=token)
-    from bench.inprocess import redis_available
-
+        if redis_available():
+            found["drf_token_peer_shared"] = _post("/drf/token/peer-shared/", token=token)
     if redis_available():
         found["cached"] = _post("/cached/")
     return found
@@ -224,7 +225,10 @@ def report(series: dict[str, Series], load: tuple[str, str] = ("?", "?")) -> str
     rows = [(name, _added(series, case, over)) for name, case, over in HEADLINE]
     if "drf_token_peer" in series:
         peer = _added(series, "drf_token_peer", "drf_token_plain")
-        rows.append(("peer: django-idempotency-key, token DRF", peer))
+        rows.append(("peer, token DRF, in process memory", peer))
+    if "drf_token_peer_shared" in series:
+        peer = _added(series, "drf_token_peer_shared", "drf_token_plain")
+        rows.append(("peer, token DRF, Redis storage and lock", peer))
     if "cached" in series:
         rows.append(("cache on, first execution, over lock", _added(series, "cached", "lock")))
     first = _added(series, "lock", "autocommit").median

@@ -63,6 +63,7 @@ DATABASES["prepared"] = {
 DATABASES["scale"] = {**DATABASES["default"], "NAME": f"{BENCH_DATABASE}_scale"}
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+PEER_REDIS_URL = REDIS_URL
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "replay": {
@@ -70,6 +71,12 @@ CACHES = {
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": BENCH_DATABASE,
         "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    },
+    # django-idempotency-key's answers, as several workers need them (bench.views._peer).
+    "peer": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": f"{BENCH_DATABASE}-peer",
     },
     # The same Redis through Django's own backend: the cache's generic path.
     "replay_generic": {

@@ -20,6 +20,7 @@ urlpatterns: list[URLPattern] = [
     path("drf/token/plain/", views.drf_token_plain),
     path("drf/token/lock/", views.drf_token_lock),
     path("drf/token/peer/", views.drf_token_peer),
+    path("drf/token/peer-shared/", views.drf_token_peer_shared),
 ]
 if views.lock_enqueue is not None:
     urlpatterns.append(path("enqueue/", views.lock_enqueue))

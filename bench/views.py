@@ -16,7 +16,7 @@ from typing import cast
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from bench.settings import OUTBOX, PEER
+from bench.settings import OUTBOX, PEER, PEER_REDIS_URL
 from idempotency_django import idempotent
 from tests.testapp.models import Charge
 
@@ -89,11 +89,9 @@ def ping(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-def _drf_views(
-    token: bool = False,
-) -> tuple[Callable[..., HttpResponse], Callable[..., HttpResponse], Callable[..., HttpResponse]]:
+def _drf_views(token: bool = False) -> tuple[Callable[..., HttpResponse], ...]:
     """A plain DRF view, the same one with ``IdempotentMixin`` (the mixin's own cost), and
-    with django-idempotency-key, the peer (its decorator and its middleware, on this view).
+    with django-idempotency-key, the peer, in its two set-ups (see :func:`_peer`).
 
     ``token``: the caller authenticates with DRF's ``TokenAuthentication`` (one query),
     as an API's clients do; the mixin's tenant is then the token's user.
@@ -122,21 +120,40 @@ def _drf_views(
     class Protected(IdempotentMixin, Plain):
         idempotency_protocol = "lock"
 
-    return Plain.as_view(), Protected.as_view(), _peer(Plain.as_view())
+    plain = Plain.as_view()
+    return plain, Protected.as_view(), _peer(plain), _peer(plain, shared=True)
 
 
-def _peer(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """``view`` under django-idempotency-key (its defaults: answers kept in process memory),
-    or a stand-in answering 501 where it isn't installed (``make bench`` skips its case)."""
+def _peer(view: Callable[..., HttpResponse], shared: bool = False) -> Callable[..., HttpResponse]:
+    """``view`` under django-idempotency-key (its decorator and its middleware, on this view),
+    or a stand-in answering 501 where it isn't installed (``make bench`` skips its cases).
+
+    Its defaults keep answers in process memory behind a thread lock (one process only);
+    ``shared``: as several workers need it, answers in a Redis cache and its Redis lock.
+    """
     if not PEER:
         return lambda request: HttpResponse(status=501)
+    from django.test.utils import override_settings
     from django.utils.decorators import decorator_from_middleware
     from idempotency_key.decorators import idempotency_key
     from idempotency_key.middleware import ExemptIdempotencyKeyMiddleware
 
-    peer = decorator_from_middleware(ExemptIdempotencyKeyMiddleware)(idempotency_key(view))
+    config = {}
+    if shared:
+        config = {
+            "STORAGE": {"CLASS": "idempotency_key.storage.CacheKeyStorage"},
+            "LOCK": {
+                "CLASS": "idempotency_key.locks.redis.MultiProcessRedisLock",
+                "LOCATION": PEER_REDIS_URL,
+                "NAME": "bench-peer-lock",
+            },
+        }
+    # Its storage and lock are built from settings when the middleware is.
+    with override_settings(IDEMPOTENCY_KEY=config):
+        marked = idempotency_key(cache_name="peer" if shared else None)(view)
+        peer = decorator_from_middleware(ExemptIdempotencyKeyMiddleware)(marked)
     return cast("Callable[..., HttpResponse]", peer)
 
 
-drf_plain, drf_lock, drf_peer = _drf_views()
-drf_token_plain, drf_token_lock, drf_token_peer = _drf_views(token=True)
+drf_plain, drf_lock, drf_peer, _ = _drf_views()
+drf_token_plain, drf_token_lock, drf_token_peer, drf_token_peer_shared = _drf_views(token=True)
