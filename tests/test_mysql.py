@@ -195,13 +195,16 @@ def _writer_of_charges() -> int | None:
     """The connection (not ours) whose open transaction has written rows: a view mid-flight.
 
     InnoDB refreshes this table's cache only when it was not read for 0.1 s:
-    polled faster, it never changes.
+    polled faster, it never changes. Only connections to this test database count:
+    the server may be serving another suite's meanwhile (a second checkout's run).
     """
     time.sleep(0.15)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT trx_mysql_thread_id FROM information_schema.innodb_trx "
-            "WHERE trx_rows_modified > 0 AND trx_mysql_thread_id <> CONNECTION_ID()"
+            "WHERE trx_rows_modified > 0 AND trx_mysql_thread_id <> CONNECTION_ID() "
+            "AND trx_mysql_thread_id IN "
+            "(SELECT id FROM information_schema.processlist WHERE db = DATABASE())"
         )
         row = cursor.fetchone()
     return None if row is None else int(row[0])
