@@ -24,7 +24,7 @@ from django.db import connections, models, router
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
-from idempotency_django import signals
+from idempotency_django import driver_cursors, signals
 
 logger = logging.getLogger("idempotency_django")
 Chooser: TypeAlias = Callable[[HttpRequest], str]
@@ -214,6 +214,11 @@ def watching(alias: str) -> Iterator[None]:
         with ExitStack() as stack:
             for watch in watches:
                 stack.enter_context(connections[watch.other].execute_wrapper(watch))
+            if watches:  # and below Django, the driver's own cursors (where it can)
+                conns = {w.other: connections[w.other] for w in watches}
+                stack.enter_context(
+                    driver_cursors.guarding(conns, {w.other: w.check for w in watches})
+                )
             yield
         refused = next((w for w in watches if w.refused), None)
         if refused is not None:  # the view caught our error and went on: fail it anyway
@@ -238,9 +243,13 @@ class _Watch:
         self.refused = self.reported = False
 
     def __call__(self, execute: Any, sql: object, params: Any, many: bool, context: Any) -> Any:
+        self.check(sql)
+        with driver_cursors.through_django():  # checked: the driver's cursor lets it pass
+            return execute(sql, params, many, context)
+
+    def check(self, sql: object) -> None:
         if is_write(sql) and self.other not in _uncovered.get():
             self._report()
-        return execute(sql, params, many, context)
 
     def _report(self) -> None:
         if refusing():

@@ -1,11 +1,13 @@
 """The write guard (``UncoveredWrite``) sees a write to another database whatever comes
 before its first keyword: a tracing tag (sqlcommenter's ``/* ... */``), a ``--`` line,
-parentheses.
+parentheses; and, on PostgreSQL, whatever cursor sends it: Django's, or the
+driver's own (``connection.connection.cursor()``, ``driver_cursors``), on a connection
+open before the view or opened by it.
 
-What it cannot see, and docs/how-it-works.rst says so: a write through the driver's
-own cursor (``connection.connection.cursor()``), which no Django hook sees, and a
-write from a thread the view starts (another thread has its own connections, which the
-view's watch is not on).
+What it cannot see, and docs/how-it-works.rst says so: a write through sqlite3's or
+MySQLdb's own cursor (driver_cursors says why), and a write from a
+thread the view starts (another thread has its own connections, which the view's
+watch is not on).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
 
-from idempotency_django import databases, idempotent
+from idempotency_django import databases, idempotent, signals
 from tests.helpers import new_key
 from tests.testapp.models import Charge
 
@@ -38,7 +40,25 @@ def tagged_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     return JsonResponse({}, status=201)
 
 
-urlpatterns = [path("tagged/", tagged_write_on_the_other_database)]
+@idempotent(database="default")
+def driver_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
+    conn = connections["shard1"]
+    conn.ensure_connection()
+    table = conn.ops.quote_name(Charge._meta.db_table)
+    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
+    sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, CURRENT_TIMESTAMP)"
+    cursor = conn.connection.cursor()  # the driver's own: no Django hook sees it
+    try:
+        cursor.execute(sql, [request.headers["X-Ref"], 1])
+    finally:
+        cursor.close()
+    return JsonResponse({}, status=201)
+
+
+urlpatterns = [
+    path("tagged/", tagged_write_on_the_other_database),
+    path("driver/", driver_write_on_the_other_database),
+]
 
 
 def test_a_write_to_another_database_after_a_leading_comment_is_refused() -> None:
@@ -73,3 +93,80 @@ def test_a_leading_comment_hides_no_write(sql: str) -> None:
 )
 def test_a_write_keyword_inside_a_comment_is_no_write(sql: str) -> None:
     assert not databases.is_write(sql)
+
+
+@pytest.fixture(params=["open before the view", "opened by the view"])
+def shard1_state(request: pytest.FixtureRequest) -> str:
+    if connections["shard1"].vendor == "sqlite":
+        pytest.skip("sqlite3 has no cursor class to set on a connection (the docs say so)")
+    if request.param == "opened by the view":
+        connections["shard1"].close()
+    else:
+        connections["shard1"].ensure_connection()
+    return str(request.param)
+
+
+def _post_driver_write(key: str, client: Client | None = None) -> object:
+    return (client or Client()).post(
+        "/driver/",
+        "{}",
+        content_type="application/json",
+        headers={"Idempotency-Key": key, "X-Ref": key},
+    )
+
+
+def test_a_write_through_the_drivers_own_cursor_is_refused(shard1_state: str) -> None:
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
+        _post_driver_write(key)
+    assert not Charge.objects.using("shard1").filter(reference=key).exists()
+    # Left as found: the driver's cursors are plain again once the view is over.
+    raw = connections["shard1"].connection
+    assert not hasattr(raw.cursor_factory, "_idempotency_unguarded")
+
+
+def test_in_production_a_drivers_write_runs_and_is_reported(
+    shard1_state: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(databases, "refusing", lambda: False)
+    reported: list[str] = []
+
+    def receiver(sender: object, alias: str, **kwargs: object) -> None:
+        reported.append(alias)
+
+    signals.uncovered_write.connect(receiver)
+    try:
+        key = new_key()
+        response = _post_driver_write(key, Client(raise_request_exception=False))
+    finally:
+        signals.uncovered_write.disconnect(receiver)
+    assert response.status_code == 201  # type: ignore[attr-defined]
+    assert reported == ["shard1"]
+    assert Charge.objects.using("shard1").filter(reference=key).exists()
+
+
+def test_djangos_own_cursor_is_checked_once_not_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Django's cursor on shard1 is made from the guarded class too: its statement is
+    checked by Django's hook, and the driver's check lets it pass."""
+    if connections["shard1"].vendor == "sqlite":
+        pytest.skip("sqlite3's cursors are not guarded")
+    monkeypatch.setattr(databases, "refusing", lambda: False)
+    checked: list[object] = []
+    real = databases._Watch.check
+
+    def counting(self: databases._Watch, sql: object) -> None:
+        checked.append(sql)
+        real(self, sql)
+
+    monkeypatch.setattr(databases._Watch, "check", counting)
+    key = new_key()
+    response = Client().post(
+        "/tagged/",
+        "{}",
+        content_type="application/json",
+        headers={"Idempotency-Key": key, "X-Ref": key},
+    )
+    assert response.status_code == 201
+    assert len([sql for sql in checked if "INSERT" in str(sql)]) == 1

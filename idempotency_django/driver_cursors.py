@@ -1,0 +1,116 @@
+"""The write guard below Django: a protected view writing through a driver's own cursor.
+
+``databases.watching`` sees every statement sent through Django's cursors on the
+other aliases (``connection.execute_wrapper()``). A statement sent through the
+driver's own cursor (``connections["other"].connection.cursor()``, or psycopg's
+``connection.execute()``) never passes there. While a protected view runs, the
+other aliases' driver connections in this thread make their cursors from a
+subclass of their own cursor class that hands each statement to the same check
+first: psycopg's ``cursor_factory`` (PostgreSQL). sqlite3 has no such setting,
+and MySQLdb's ``cursorclass`` is not tested here against two MySQL databases: their
+driver cursors stay unseen (docs/how-it-works.rst).
+
+A statement Django sends is checked once, by Django's hook: its cursor is one of
+these too, and it is marked as Django's while it runs (:func:`through_django`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
+
+Check = Callable[[object], None]  # raises UncoveredWrite, or reports; given the SQL
+
+# The active checks by alias (this context's protected view), and whether the statement
+# running now came through Django's cursor (already checked by its hook).
+_checks: ContextVar[dict[str, Check] | None] = ContextVar("idempotency_driver_checks", default=None)
+_django: ContextVar[bool] = ContextVar("idempotency_through_django", default=False)
+_ATTRIBUTE = {"postgresql": "cursor_factory"}
+
+
+@contextmanager
+def through_django() -> Iterator[None]:
+    """Around a statement Django's cursor sends: the driver's cursor leaves it alone."""
+    token = _django.set(True)
+    try:
+        yield
+    finally:
+        _django.reset(token)
+
+
+@contextmanager
+def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) -> Iterator[None]:
+    """While the block runs, writes through these aliases' driver cursors go to ``checks``."""
+    token = _checks.set(checks)
+    for alias in checks:
+        _guard(conns[alias])
+    try:
+        yield
+    finally:
+        _checks.reset(token)
+        for alias in checks:
+            _unguard(conns[alias])  # a connection opened meanwhile (_opened) too
+
+
+def _guard(conn: BaseDatabaseWrapper) -> None:
+    """Make the driver connection's cursors from the guarded subclass of its cursor class."""
+    attribute, raw = _ATTRIBUTE.get(conn.vendor), conn.connection
+    if attribute is None or raw is None:
+        return
+    current = getattr(raw, attribute, None)
+    if isinstance(current, type) and not hasattr(current, _BASE):
+        setattr(raw, attribute, _guarded(current, conn.alias))
+
+
+def _unguard(conn: BaseDatabaseWrapper) -> None:
+    attribute, raw = _ATTRIBUTE.get(conn.vendor), conn.connection
+    if attribute is None or raw is None:
+        return
+    base = getattr(getattr(raw, attribute, None), _BASE, None)
+    if base is not None:
+        setattr(raw, attribute, base)
+
+
+def _opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    """A connection the protected view opens meanwhile is guarded from its first statement."""
+    checks = _checks.get()
+    if checks is not None and connection.alias in checks:
+        _guard(connection)
+
+
+connection_created.connect(_opened, dispatch_uid="idempotency_django.driver_cursors")
+_BASE = "_idempotency_unguarded"
+
+
+@functools.cache
+def _guarded(base: type, alias: str) -> type:
+    """``base`` whose ``execute``/``executemany`` hand the SQL to ``alias``'s active check."""
+
+    def check(sql: object) -> None:
+        checks = _checks.get()
+        found = None if checks is None or _django.get() else checks.get(alias)
+        if found is not None:
+            found(sql)
+
+    class Guarded(base):  # type: ignore[misc]
+        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            check(query)
+            return super().execute(query, *args, **kwargs)
+
+        def executemany(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+            check(query)
+            return super().executemany(query, *args, **kwargs)
+
+    Guarded.__name__ = Guarded.__qualname__ = base.__name__
+    Guarded.__module__ = base.__module__
+    setattr(Guarded, _BASE, base)
+    return Guarded
+
+
+__all__ = ["guarding", "through_django"]
