@@ -8,7 +8,7 @@ other aliases' driver connections in this thread make their cursors from a
 subclass of their own cursor class that hands each statement to the same check
 first: psycopg's ``cursor_factory`` (PostgreSQL). sqlite3 has no such setting,
 and MySQLdb's ``cursorclass`` is not tested here against two MySQL databases: their
-driver cursors stay unseen (docs/how-it-works.rst).
+driver cursors stay unseen (docs/operations.rst).
 
 A statement Django sends is checked once, by Django's hook: its cursor is one of
 these too, and it is marked as Django's while it runs (:func:`through_django`).

@@ -4,7 +4,7 @@ parentheses; and, on PostgreSQL, whatever cursor sends it: Django's, or the
 driver's own (``connection.connection.cursor()``, ``driver_cursors``), on a connection
 open before the view or opened by it.
 
-What it cannot see, and docs/how-it-works.rst says so: a write through sqlite3's or
+What it cannot see, and docs/operations.rst says so: a write through sqlite3's or
 MySQLdb's own cursor (driver_cursors says why), and a write from a
 thread the view starts (another thread has its own connections, which the view's
 watch is not on).
@@ -98,7 +98,7 @@ def test_a_write_keyword_inside_a_comment_is_no_write(sql: str) -> None:
 @pytest.fixture(params=["open before the view", "opened by the view"])
 def shard1_state(request: pytest.FixtureRequest) -> str:
     if connections["shard1"].vendor == "sqlite":
-        pytest.skip("sqlite3 has no cursor class to set on a connection (the docs say so)")
+        pytest.skip("sqlite3 has no cursor class to set on a connection (docs/operations.rst)")
     if request.param == "opened by the view":
         connections["shard1"].close()
     else:
