@@ -350,11 +350,11 @@ def _statement_counts(report: Report, counts: dict[str, int]) -> None:
     view = counts["first_unprotected"]
     labels = {
         "first_unprotected": "reference (the view's INSERT)",
-        "first_unprotected_round_trips": "  its round trips, BEGIN and COMMIT included",
+        "first_unprotected_round_trips": "  its round trips (at the wire)",
         "first_lock": f"lock: first execution ({view} of them the view's)",
-        "first_lock_round_trips": "  its round trips, BEGIN and COMMIT included",
+        "first_lock_round_trips": "  its round trips (at the wire)",
         "first_lease": f"lease: first execution ({view} of them the view's)",
-        "first_lease_round_trips": "  its round trips, BEGIN and COMMIT included",
+        "first_lease_round_trips": "  its round trips (at the wire)",
         "replay_pg_lock": "lock: replay from PostgreSQL",
         "replay_pg_lock_round_trips": "  its round trips",
         "replay_pg_lease": "lease: replay from PostgreSQL",

@@ -181,13 +181,24 @@ def _claim_loop(
     bounded = _bounded(target)
     while True:
         try:
+            refused: Exception | None = None
             with transaction.atomic(using=target.using):
                 look = _looker(proto, target, bounded, deadline, read_only)
-                claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
+                try:
+                    claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
+                except (_Restart, RequestInProgress, KeyReused) as exc:
+                    if not read_only:
+                        raise
+                    # The read-only claim wrote nothing: its transaction commits, which is
+                    # the same, where a ROLLBACK would make psycopg deallocate every
+                    # prepared statement (a round trip, and each parsed again after).
+                    refused, claim = exc, None
                 if claim is not None:
                     run._claim, run.running = claim, True
                     yield run
                     return
+            if refused is not None:
+                raise refused
             break
         except _Restart as restart:
             # Waited for outside the transaction: under REPEATABLE READ a snapshot

@@ -34,7 +34,7 @@ from idempotency_django.models import IdempotencyEntry
 from idempotency_django.secret import server_secret
 from idempotency_django.store import readonly
 from tests.helpers import charges, new_key, post
-from tests.lock_helpers import dsn, query
+from tests.lock_helpers import dsn, lock_id, query
 from tests.testapp.models import Charge
 
 pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
@@ -253,3 +253,33 @@ def test_a_transaction_begun_by_hand_is_left_to_its_owner(claim_form: str) -> No
     finally:
         connection.set_autocommit(True)
     assert charges(key) == 0
+
+
+def test_a_409_is_two_round_trips(claim_form: str) -> None:
+    """The claim (with its BEGIN) meets the holder's lock, and its transaction ends. The
+    read-only claim wrote nothing, so it commits: a ROLLBACK would make psycopg deallocate
+    every prepared statement (DEALLOCATE ALL, a third round trip) and parse each again."""
+    key = new_key()
+    with psycopg.connect(dsn(), autocommit=False) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key)])
+        client = Client(raise_request_exception=False)
+        post(client, "/charges/", new_key())  # the connection is open and warm
+        responses: list[Any] = []
+        sent = round_trips(lambda: responses.append(post(client, "/charges/", key)))
+    assert responses[0].status_code == 409
+    assert len(sent) == 2, sent
+
+
+def test_a_409_keeps_the_prepared_statements(settings: Any) -> None:
+    """After a 409, the next claim is sent by name (Bind), not parsed again (Parse)."""
+    settings.IDEMPOTENCY_PREPARED_STATEMENTS = True
+    server_secret()
+    client = Client(raise_request_exception=False)
+    post(client, "/charges/", new_key())  # the claim and the record are prepared
+    key = new_key()
+    with psycopg.connect(dsn(), autocommit=False) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key)])
+        assert post(client, "/charges/", key).status_code == 409
+    sent = round_trips(lambda: post(client, "/charges/", new_key()))
+    assert readonly.FUNCTION not in sent[0]  # not parsed again: bound by its name
+    assert "\tBind\t" in sent[0]
