@@ -91,7 +91,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-http", action="store_true", help="no gunicorn cases")
     parser.add_argument("--purge", action="store_true", help="also run bench/purge.py")
     parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON file ({RESULTS})")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.workers < 3 and not args.skip_http:
+        # Each protocol's 409 case keeps one request held in a worker: with fewer than
+        # three, the duplicates queue behind the holders and are answered after them.
+        parser.error("--workers must be 3 or more for the HTTP cases (or --skip-http)")
+    return args
 
 
 def _meta(url: str, args: argparse.Namespace) -> dict[str, Any]:
