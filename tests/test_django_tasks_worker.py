@@ -129,7 +129,10 @@ def test_a_killed_worker_leaves_its_task_running_for_ever(traces: Path) -> None:
     (traces / "hold-w2").unlink()
     assert charges("w2") == 0  # its transaction, claim and write, rolled back
     with db_worker(traces, "b"):
-        time.sleep(3)  # a live worker, polling every 0.1 s: nothing takes it again
+        # A task enqueued after it has run: the live worker has polled past w2 (an event,
+        # not a wait), and nothing took w2 again.
+        dj_tasks.db_by_key.enqueue("w2-later")
+        wait_for(lambda: statuses("w2-later") == ["SUCCESSFUL"], "a later task's run", traces)
         assert statuses("w2") == ["RUNNING"]
         assert runs(traces, "w2") == 1
         requeue("w2")
