@@ -47,25 +47,31 @@ def through_django() -> Iterator[None]:
 @contextmanager
 def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) -> Iterator[None]:
     """While the block runs, writes through these aliases' driver cursors go to ``checks``."""
-    token = _checks.set(checks)
-    for alias in checks:
-        _guard(conns[alias])
+    mine = [alias for alias in checks if _guard(conns[alias])]
+    token, mine_token = _checks.set(checks), _mine.set(mine)  # _opened adds to ``mine``
     try:
         yield
     finally:
         _checks.reset(token)
-        for alias in checks:
-            _unguard(conns[alias])  # a connection opened meanwhile (_opened) too
+        _mine.reset(mine_token)
+        for alias in mine:  # only what this block guarded: an outer view's stay guarded
+            _unguard(conns[alias])
 
 
-def _guard(conn: BaseDatabaseWrapper) -> None:
-    """Make the driver connection's cursors from the guarded subclass of its cursor class."""
+_mine: ContextVar[list[str]] = ContextVar("idempotency_driver_guarded", default=[])  # noqa: B039
+
+
+def _guard(conn: BaseDatabaseWrapper) -> bool:
+    """Make the driver connection's cursors from the guarded subclass of its cursor class;
+    whether this call did (not where the driver can't, or an outer view already has)."""
     attribute, raw = _ATTRIBUTE.get(conn.vendor), conn.connection
     if attribute is None or raw is None:
-        return
+        return False
     current = getattr(raw, attribute, None)
-    if isinstance(current, type) and not hasattr(current, _BASE):
-        setattr(raw, attribute, _guarded(current, conn.alias))
+    if not isinstance(current, type) or hasattr(current, _BASE):
+        return False
+    setattr(raw, attribute, _guarded(current, conn.alias))
+    return True
 
 
 def _unguard(conn: BaseDatabaseWrapper) -> None:
@@ -80,8 +86,8 @@ def _unguard(conn: BaseDatabaseWrapper) -> None:
 def _opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
     """A connection the protected view opens meanwhile is guarded from its first statement."""
     checks = _checks.get()
-    if checks is not None and connection.alias in checks:
-        _guard(connection)
+    if checks is not None and connection.alias in checks and _guard(connection):
+        _mine.get().append(connection.alias)
 
 
 connection_created.connect(_opened, dispatch_uid="idempotency_django.driver_cursors")
@@ -92,19 +98,20 @@ _BASE = "_idempotency_unguarded"
 def _guarded(base: type, alias: str) -> type:
     """``base`` whose ``execute``/``executemany`` hand the SQL to ``alias``'s active check."""
 
-    def check(sql: object) -> None:
+    def check(cursor: Any, sql: object) -> None:
         checks = _checks.get()
         found = None if checks is None or _django.get() else checks.get(alias)
         if found is not None:
-            found(sql)
+            # psycopg.sql's Composed and SQL objects: checked as the text they send.
+            found(sql.as_string(cursor) if hasattr(sql, "as_string") else sql)
 
     class Guarded(base):  # type: ignore[misc]
         def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            check(query)
+            check(self, query)
             return super().execute(query, *args, **kwargs)
 
         def executemany(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            check(query)
+            check(self, query)
             return super().executemany(query, *args, **kwargs)
 
     Guarded.__name__ = Guarded.__qualname__ = base.__name__

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
 from idempotency_django import seal, signals
 from idempotency_django.exceptions import (
@@ -180,23 +180,28 @@ def _claim_loop(
 ) -> Iterator[Run]:
     bounded = _bounded(target)
     while True:
+        refused: Exception | None = None
         try:
-            refused: Exception | None = None
-            with transaction.atomic(using=target.using):
-                look = _looker(proto, target, bounded, deadline, read_only)
-                try:
-                    claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
-                except (_Restart, RequestInProgress, KeyReused) as exc:
-                    if not read_only:
-                        raise
-                    # The read-only claim wrote nothing: its transaction commits, which is
-                    # the same, where a ROLLBACK would make psycopg deallocate every
-                    # prepared statement (a round trip, and each parsed again after).
-                    refused, claim = exc, None
-                if claim is not None:
-                    run._claim, run.running = claim, True
-                    yield run
-                    return
+            try:
+                with transaction.atomic(using=target.using):
+                    look = _looker(proto, target, bounded, deadline, read_only)
+                    try:
+                        claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
+                    except (_Restart, RequestInProgress, KeyReused) as exc:
+                        if not read_only:
+                            raise
+                        # The read-only claim wrote nothing: its transaction commits, which
+                        # is the same, where a ROLLBACK would make psycopg deallocate every
+                        # prepared statement (a round trip, and each parsed again after).
+                        refused, claim = exc, None
+                    if claim is not None:
+                        run._claim, run.running = claim, True
+                        yield run
+                        return
+            except DatabaseError as exc:
+                if refused is None:
+                    raise
+                raise refused from exc  # its COMMIT failed: it wrote nothing, the answer stands
             if refused is not None:
                 raise refused
             break

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -55,7 +55,29 @@ def _committed(key: str) -> int:
     return int(query("SELECT count(*) FROM testapp_charge WHERE reference = %s", (key,))[0][0])
 
 
-urlpatterns = [path("hooked/", charge_with_hook)]
+@idempotent
+def charge_then_iterate_for_update(request: HttpRequest) -> HttpResponse:
+    """A server-side cursor (iterator()) with FOR UPDATE, after the carried BEGIN: Django
+    declares it WITH HOLD if psycopg still says autocommit, and FOR UPDATE refuses that."""
+    key = request.idempotency.key  # type: ignore[attr-defined]
+    Charge.objects.create(reference=key, amount=100)
+    locked = list(Charge.objects.select_for_update().filter(reference=key).iterator(2))
+    return JsonResponse({"locked": len(locked)}, status=201)
+
+
+@idempotent
+def charge_twice_deferred(request: HttpRequest) -> HttpResponse:
+    """Breaks a DEFERRABLE unique constraint of the view's own: it fails at COMMIT."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO deferred_probe (k) VALUES ('x'), ('x')")
+    return JsonResponse({}, status=201)
+
+
+urlpatterns = [
+    path("hooked/", charge_with_hook),
+    path("iterate/", charge_then_iterate_for_update),
+    path("deferred/", charge_twice_deferred),
+]
 
 
 @pytest.fixture(
@@ -283,3 +305,49 @@ def test_a_409_keeps_the_prepared_statements(settings: Any) -> None:
     sent = round_trips(lambda: post(client, "/charges/", new_key()))
     assert readonly.FUNCTION not in sent[0]  # not parsed again: bound by its name
     assert "\tBind\t" in sent[0]
+
+
+@pytest.mark.urls(__name__)
+def test_a_server_side_cursor_after_the_carried_begin_is_not_held(claim_form: str) -> None:
+    """psycopg is back to autocommit off once the BEGIN is in: no WITH HOLD cursor."""
+    key = new_key()
+    response = post(Client(), "/iterate/", key)
+    assert response.status_code == 201, response.content
+    assert response.json() == {"locked": 1}
+    assert charges(key) == 1
+
+
+@pytest.mark.urls(__name__)
+def test_a_deferred_constraint_failing_at_the_carried_commit_is_a_500(claim_form: str) -> None:
+    """Not a 409: the unique violation is the view's own table's, not our entry's."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE deferred_probe (k text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+    try:
+        key = new_key()
+        response = post(Client(raise_request_exception=False), "/deferred/", key)
+        assert response.status_code == 500
+        assert not query(f"SELECT 1 FROM {TABLE} WHERE key = %s", (key,))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE deferred_probe")
+
+
+def test_a_refused_claim_whose_commit_fails_is_still_a_409(
+    claim_form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refused read-only claim wrote nothing: a failed COMMIT does not turn it into 503."""
+    if claim_form != "read-only":
+        pytest.skip("the inserting claim's refusal rolls back")
+    key = new_key()
+    client = Client(raise_request_exception=False)
+    post(client, "/charges/", new_key())  # the connection is open
+
+    def commit() -> None:
+        raise OperationalError("the connection dropped at COMMIT")
+
+    with psycopg.connect(dsn(), autocommit=False) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id(key)])
+        monkeypatch.setattr(connection, "commit", commit)
+        response = post(client, "/charges/", key)
+        monkeypatch.undo()
+    assert response.status_code == 409

@@ -31,17 +31,28 @@ def first(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
     statement is bound server-side or prepared. Either way both go through
     Django's cursor: query capture and ``execute_wrapper()`` hooks see them.
     """
-    simple = cursor.db.vendor != "postgresql" or _simple(cursor)
-    begin = carry_begin(cursor.db, pipeline=not simple)
+    conn = cursor.db
+    simple = conn.vendor != "postgresql" or _simple(cursor)
+    begin = carry_begin(conn, pipeline=not simple)
     if not begin:
         cursor.execute(sql, params)
-    elif simple:
-        cursor.execute(f"{begin}; {sql}", params)
-        cursor.nextset()  # past the BEGIN's empty result, to the statement's
-    else:
-        with _pipelined(cursor.db):
-            cursor.execute(begin)
-            cursor.execute(sql, params)
+        return
+    raw = conn.connection
+    try:
+        if simple:
+            cursor.execute(f"{begin}; {sql}", params)
+            cursor.nextset()  # past the BEGIN's empty result, to the statement's
+        else:
+            with _pipelined(conn):
+                cursor.execute(begin)
+                cursor.execute(sql, params)
+    finally:
+        # psycopg back to what it is inside Django's transaction (autocommit off), by its
+        # private attribute since the setter refuses in a transaction: for the rest of it,
+        # Django would otherwise declare its server-side cursors WITH HOLD (withhold=
+        # connection.autocommit), which FOR UPDATE refuses and which outlive the COMMIT.
+        raw._autocommit = False
+    setattr(conn, _CARRIED, conn.atomic_blocks[0])
 
 
 def last(cursor: CursorWrapper, sql: str, params: Sequence[Any], commit: bool) -> None:
@@ -123,13 +134,15 @@ def carry_commit(conn: BaseDatabaseWrapper) -> bool:
     and runs the ``on_commit`` hooks as usual. A failure at COMMIT fails the
     statement, which the caller answers as it answers any failure of its record.
     """
-    if conn.vendor != "postgresql":
+    if conn.vendor != "postgresql" or conn.get_autocommit() or conn.savepoint_ids:
         return False
-    raw = conn.connection
-    # psycopg in autocommit inside Django's transaction: only carry_begin() does that.
-    if raw is None or not raw.autocommit or conn.get_autocommit() or conn.savepoint_ids:
-        return False
-    return len(conn.atomic_blocks) == 1 and not conn.needs_rollback and conn.commit_on_exit
+    if len(conn.atomic_blocks) != 1 or getattr(conn, _CARRIED, None) is not conn.atomic_blocks[0]:
+        return False  # the BEGIN was not carried in this block: it is not ours to end
+    return not conn.needs_rollback and conn.commit_on_exit
+
+
+# On Django's connection: the atomic() block whose BEGIN :func:`first` carried.
+_CARRIED = "_idempotency_carried_begin"
 
 
 __all__ = ["carry_begin", "carry_commit", "first", "last"]

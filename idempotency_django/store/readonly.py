@@ -33,6 +33,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import seal
 from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 from idempotency_django.store import carry, pg, prepared
 from idempotency_django.store.sql import (
@@ -272,11 +273,21 @@ def record(
             raise
         inserted = False  # a stricter level than we saw: the key committed meanwhile
     except IntegrityError as exc:
-        if not commit or pg.sqlstate(exc) != "23505":
+        if not commit or pg.sqlstate(exc) != "23505" or _table_of(exc) != _ENTRIES:
+            # Not our row: a deferred constraint of the view's tables, failing at COMMIT.
             raise
         inserted = False  # the carried COMMIT's form: the row is there
     if not inserted:
         raise RequestInProgress()
+
+
+_ENTRIES = IdempotencyEntry._meta.db_table
+
+
+def _table_of(exc: BaseException) -> str | None:
+    """The table a PostgreSQL error names (its diagnostics), if any."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "table_name", None)
 
 
 def _record_sql(conn: BaseDatabaseWrapper, conflict: str | None = None) -> str:

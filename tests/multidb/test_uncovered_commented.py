@@ -48,6 +48,12 @@ def driver_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
     sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, CURRENT_TIMESTAMP)"
     cursor = conn.connection.cursor()  # the driver's own: no Django hook sees it
+    if request.headers.get("X-Composed"):
+        from psycopg import sql as composable  # psycopg's way to build dynamic SQL
+
+        sql = composable.SQL(sql.replace("%s", "{}")).format(  # type: ignore[assignment]
+            composable.Placeholder(), composable.Placeholder()
+        )
     try:
         cursor.execute(sql, [request.headers["X-Ref"], 1])
     finally:
@@ -106,13 +112,36 @@ def shard1_state(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _post_driver_write(key: str, client: Client | None = None) -> object:
+def _post_driver_write(key: str, client: Client | None = None, composed: bool = False) -> object:
     return (client or Client()).post(
         "/driver/",
         "{}",
         content_type="application/json",
-        headers={"Idempotency-Key": key, "X-Ref": key},
+        headers={"Idempotency-Key": key, "X-Ref": key, **({"X-Composed": "1"} if composed else {})},
     )
+
+
+def test_a_composed_statement_through_the_drivers_cursor_is_refused(shard1_state: str) -> None:
+    """psycopg.sql's Composed objects are checked as the text they send."""
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
+        _post_driver_write(key, composed=True)
+    assert not Charge.objects.using("shard1").filter(reference=key).exists()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "shard1", "replica"])
+def test_a_nested_watch_leaves_the_outer_views_guard_in_place() -> None:
+    """An inner protected call watching other aliases ends: the outer's guard stays."""
+    if connections["shard1"].vendor == "sqlite":
+        pytest.skip("sqlite3's cursors are not guarded")
+    for alias in ("default", "shard1", "replica"):
+        connections[alias].ensure_connection()
+    with databases.watching("default"):  # guards shard1 and replica
+        with databases.watching("shard1"):  # would guard default and replica
+            pass
+        factory = connections["replica"].connection.cursor_factory
+        assert hasattr(factory, "_idempotency_unguarded")  # still the outer's
+    assert not hasattr(connections["replica"].connection.cursor_factory, "_idempotency_unguarded")
 
 
 def test_a_write_through_the_drivers_own_cursor_is_refused(shard1_state: str) -> None:
