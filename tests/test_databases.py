@@ -184,7 +184,9 @@ class _FakeConnections:
     def __getitem__(self, alias: str) -> Any:
         from contextlib import nullcontext
 
-        return type("C", (), {"execute_wrapper": staticmethod(lambda w: nullcontext())})()
+        wrapper = staticmethod(lambda w: nullcontext())
+        # No driver connection of a kind whose cursors the watch could guard.
+        return type("C", (), {"execute_wrapper": wrapper, "vendor": "fake", "connection": None})()
 
 
 @pytest.mark.django_db
