@@ -31,7 +31,10 @@ Check = Callable[[object], None]  # raises UncoveredWrite, or reports; given the
 # running now came through Django's cursor (already checked by its hook).
 _checks: ContextVar[dict[str, Check] | None] = ContextVar("idempotency_driver_checks", default=None)
 _django: ContextVar[bool] = ContextVar("idempotency_through_django", default=False)
+# The aliases whose driver connection this context's guarding() block guarded itself.
+_mine: ContextVar[list[str]] = ContextVar("idempotency_driver_guarded", default=[])  # noqa: B039
 _ATTRIBUTE = {"postgresql": "cursor_factory"}
+_BASE = "_idempotency_unguarded"  # on a guarded class: the driver's own, put back after
 
 
 @contextmanager
@@ -56,9 +59,6 @@ def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) ->
         _mine.reset(mine_token)
         for alias in mine:  # only what this block guarded: an outer view's stay guarded
             _unguard(conns[alias])
-
-
-_mine: ContextVar[list[str]] = ContextVar("idempotency_driver_guarded", default=[])  # noqa: B039
 
 
 def _guard(conn: BaseDatabaseWrapper) -> bool:
@@ -91,7 +91,6 @@ def _opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -
 
 
 connection_created.connect(_opened, dispatch_uid="idempotency_django.driver_cursors")
-_BASE = "_idempotency_unguarded"
 
 
 @functools.cache
