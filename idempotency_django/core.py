@@ -123,15 +123,30 @@ def protect(
 ) -> HttpResponse:
     """Answer ``request`` idempotently; raises ``IdempotencyError`` for client errors.
 
-    ``tenant_of()`` resolves the tenant; it is called once the adapter has
-    authenticated, and again after the view, to catch a view that authenticates
-    on its own (then the tenant the claim used was not the caller's).
+    The steps, each a call down: the tenant, the key, the fingerprint; then a
+    replay from the cache, or the claim (:func:`.execution.claimed`) and, under
+    it, the view and the record of its answer. ``tenant_of()`` resolves the
+    tenant; it is called once the adapter has authenticated, and again after the
+    view, to catch a view that authenticates on its own (then the tenant the
+    claim used was not the caller's).
     """
-    match = getattr(request, "resolver_match", None)
-    route = match.view_name if match is not None else None
-    seen = signals.Observation("http", request.method, route)
+    seen = signals.Observation("http", request.method, _route(request))
+    token = None
     try:
-        response = _protect(request, policy, tenant_of, call_view, seen)
+        with store_errors():  # a resolver may load the session's user from the database
+            tenant = check_tenant(tenant_of())
+        context = IdempotencyContext(None, tenant)
+        request.idempotency = context  # type: ignore[attr-defined]
+        token = _current.set(context)
+        context.key = extract_key(request, policy)
+        if context.key is None:
+            seen.skip = True
+            response = _call(call_view)
+        else:
+            context._fingerprint = keyed(policy.fingerprint(request))
+            seen.key = (tenant, context.key)
+            view = _View(request, call_view, tenant_of, tenant)
+            response = _answer(context, policy, view, seen)
         seen.answered(response.status_code)
         return response
     except IdempotencyError as error:
@@ -142,43 +157,14 @@ def protect(
         seen.raised()
         raise
     finally:
+        if token is not None:
+            _current.reset(token)
         seen.send()
 
 
-def _protect(
-    request: HttpRequest,
-    policy: Policy,
-    tenant_of: TenantOf,
-    call_view: ViewCall,
-    seen: signals.Observation,
-) -> HttpResponse:
-    with store_errors():  # a resolver may load the session's user from the database
-        tenant = check_tenant(tenant_of())
-    context = IdempotencyContext(None, tenant)
-    request.idempotency = context  # type: ignore[attr-defined]
-    token = _current.set(context)
-    try:
-        return _keyed(request, context, policy, tenant_of, call_view, seen)
-    finally:
-        _current.reset(token)
-
-
-def _keyed(
-    request: HttpRequest,
-    context: IdempotencyContext,
-    policy: Policy,
-    tenant_of: TenantOf,
-    call_view: ViewCall,
-    seen: signals.Observation,
-) -> HttpResponse:
-    tenant = context.tenant
-    context.key = extract_key(request, policy)
-    if context.key is None:
-        seen.skip = True
-        return _refusals_inside(call_view)()
-    context._fingerprint = keyed(policy.fingerprint(request))
-    seen.key = (tenant, context.key)
-    return run(context, policy, _checked(request, call_view, tenant_of, tenant), seen)
+def _route(request: HttpRequest) -> str | None:
+    match = getattr(request, "resolver_match", None)
+    return match.view_name if match is not None else None
 
 
 def extract_key(request: HttpRequest, policy: Policy) -> str | None:
@@ -208,8 +194,8 @@ def check_tenant(tenant: object) -> str:
     return tenant
 
 
-def run(
-    context: IdempotencyContext, policy: Policy, call_view: ViewCall, seen: signals.Observation
+def _answer(
+    context: IdempotencyContext, policy: Policy, view: _View, seen: signals.Observation
 ) -> HttpResponse:
     """Replay a final answer, or claim the key and execute the view once."""
     assert context.key is not None
@@ -232,7 +218,7 @@ def run(
     try:
         with claimed(target, policy.protocol, policy.wait, fingerprint.matches, seen.slot) as slot:
             if slot.replay is None:
-                return _execute(context, policy, slot, call_view)
+                return _execute(policy, slot, view)
     except _Discard as discard:
         stored = discard.store and _store_alone(context, policy, target, discard.response)
         seen.executed(stored=stored)
@@ -243,12 +229,10 @@ def run(
     return _replay(context, slot.replay)
 
 
-def _execute(
-    context: IdempotencyContext, policy: Policy, slot: Run, call_view: ViewCall
-) -> HttpResponse:
+def _execute(policy: Policy, slot: Run, view: _View) -> HttpResponse:
     """Inside the claim's transaction: run the view, keep its answer if it is final."""
     with databases.watching(policy.database):
-        response = require_plain(call_view())
+        response = require_plain(_call(view.run))
     if not _stored(response):
         raise _Discard(response)  # transient, or a refusal
     if transaction.get_rollback(using=policy.database):
@@ -261,46 +245,45 @@ def _execute(
     return response
 
 
-def _refusals_inside(call_view: ViewCall) -> ViewCall:
-    """``call_view`` whose own ``IdempotencyError`` (an inner ``idempotent_call``'s, about
+def _call(call_view: ViewCall) -> HttpResponse:
+    """Run the view; its own ``IdempotencyError`` (an inner ``idempotent_call``'s, about
     its key, not the client's) fails the view instead of answering the client."""
-
-    def call() -> HttpResponse:
-        try:
-            return call_view()
-        except IdempotencyError as exc:
-            raise NestedRefusal(exc) from exc
-
-    return call
+    try:
+        return call_view()
+    except IdempotencyError as exc:
+        raise NestedRefusal(exc) from exc
 
 
-def _checked(
-    request: HttpRequest, call_view: ViewCall, tenant_of: TenantOf, tenant: str
-) -> ViewCall:
-    """``call_view`` that fails loudly when the view authenticated the caller late.
+@dataclass
+class _View:
+    """The view of a keyed request, run under its claim by :meth:`run`."""
 
-    A view that changes who the caller is on purpose (a sign-up calling ``login()``,
-    a delete-my-account calling ``logout()``) is fine: its key was claimed, and its
-    answer is recorded, in the key space of the caller who sent the request (the
-    tenant resolved before the view), where that caller's retry finds it. Any other
-    change means the tenant was resolved before authentication, in the wrong key space.
-    """
+    request: HttpRequest
+    call_view: ViewCall
+    tenant_of: TenantOf
+    tenant: str  # what the claim used
 
-    raw = _raw(request)
+    def run(self) -> HttpResponse:
+        """The view's answer; fails loudly when the view authenticated the caller late.
 
-    def call() -> HttpResponse:
+        A view that changes who the caller is on purpose (a sign-up calling
+        ``login()``, a delete-my-account calling ``logout()``) is fine: its key
+        was claimed, and its answer is recorded, in the key space of the caller
+        who sent the request (the tenant resolved before the view), where that
+        caller's retry finds it. Any other change means the tenant was resolved
+        before authentication, in the wrong key space.
+        """
+        raw = _raw(self.request)
         setattr(raw, _SWITCHED, False)
         try:
-            response = call_view()
+            response = self.call_view()
         except RuntimeError as exc:
             if "durable" not in str(exc):
                 raise
             raise ImproperlyConfigured(_DURABLE) from exc
-        if not getattr(raw, _SWITCHED) and check_tenant(tenant_of()) != tenant:
+        if not getattr(raw, _SWITCHED) and check_tenant(self.tenant_of()) != self.tenant:
             raise ImproperlyConfigured(_TENANT_CHANGED)
         return response
-
-    return _refusals_inside(call)
 
 
 # Set on the request by login() and logout() (their signals) while a protected view runs.
@@ -489,6 +472,5 @@ __all__ = [
     "current_context",
     "passing_through",
     "protect",
-    "run",
     "store_errors",
 ]

@@ -106,26 +106,55 @@ def claimed(
 
     Pass ``run`` to read its timings even when claiming raises (409, 422, 503).
     """
-    proto = PROTOCOLS[protocol]
     run = run or Run(protocol)
     run.protocol, run._ttl = protocol, target.ttl
+    conn = connections[target.using]
+    own = not conn.in_atomic_block  # a caller's transaction stays open
     try:
-        if not connections[target.using].in_atomic_block:
+        if own:
             # Read (on first use: persisted) in autocommit, never in the body's
             # transaction: a rollback there must not take back the secret that this
             # process keeps using for lock ids and derived keys (a caller's open
             # transaction is secret.py's to step out of).
             server_secret(target.using)
-        if proto.CLAIMS_IN_TRANSACTION:
-            yield from _in_transaction(proto, target, run, wait, matches)
+        attempt = _attempt(PROTOCOLS[protocol], target, run, wait, matches, own)
+        if not attempt.proto.CLAIMS_IN_TRANSACTION:
+            yield from _claim_first(attempt)
+        elif attempt.read_only:
+            with readonly.read_committed(conn):
+                yield from _claim_loop(attempt, own)
         else:
-            yield from _claim_first(proto, target, run, wait, matches)
+            yield from _claim_loop(attempt, own)
     except (OperationalError, InterfaceError) as exc:
         if run.running and not (run.recording and pg.sqlstate(exc) in pg.SERIALIZATION_STATES):
             raise
         # Before the body, or a serialization failure at the record or at COMMIT
         # (SERIALIZABLE): the transaction rolled back whole, the key is free again.
         raise translate(exc, waited=wait, claiming=True) from exc
+
+
+@dataclass
+class _Attempt:
+    """One :func:`claimed` call: what each claim attempt needs, worked out once."""
+
+    proto: ModuleType
+    target: Target
+    run: Run
+    matches: Matches
+    deadline: float
+    bounded: bool  # the transaction is ours: bound its idle time (PostgreSQL)
+    read_only: bool  # the read-only claim (lock protocol, READ COMMITTED, PostgreSQL)
+
+
+def _attempt(
+    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches, own: bool
+) -> _Attempt:
+    conn = connections[target.using]
+    # Only a transaction we open ourselves gets the idle bound: a caller's own
+    # transaction keeps its settings.
+    bounded = own and target.idle is not None and is_postgres(conn)
+    read_only = proto is lock and readonly.usable(conn, own)
+    return _Attempt(proto, target, run, matches, time.monotonic() + wait, bounded, read_only)
 
 
 def translate(
@@ -155,40 +184,18 @@ def translate(
     return StoreUnavailable()
 
 
-def _in_transaction(
-    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
-) -> Iterator[Run]:
-    conn = connections[target.using]
-    own = not conn.in_atomic_block  # a caller's transaction stays open
-    deadline = time.monotonic() + wait
-    read_only = proto is lock and readonly.usable(conn, own)
-    if read_only:
-        with readonly.read_committed(conn):
-            yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
-    else:
-        yield from _claim_loop(proto, target, run, matches, deadline, own, read_only)
-
-
-def _claim_loop(
-    proto: ModuleType,
-    target: Target,
-    run: Run,
-    matches: Matches,
-    deadline: float,
-    own: bool,
-    read_only: bool,
-) -> Iterator[Run]:
-    bounded = _bounded(target)
+def _claim_loop(attempt: _Attempt, own: bool) -> Iterator[Run]:
+    """Claim in the body's transaction; waits happen between transactions (``own``)."""
+    target, run = attempt.target, attempt.run
     while True:
         refused: Exception | None = None
         try:
             try:
                 with transaction.atomic(using=target.using):
-                    look = _looker(proto, target, bounded, deadline, read_only)
                     try:
-                        claim = _acquire(proto, target, run, deadline, matches, look, restart=own)
+                        claim = _acquire(attempt, restart=own)
                     except (_Restart, RequestInProgress, KeyReused) as exc:
-                        if not read_only:
+                        if not attempt.read_only:
                             raise
                         # The read-only claim wrote nothing: its transaction commits, which
                         # is the same, where a ROLLBACK would make psycopg deallocate every
@@ -208,7 +215,7 @@ def _claim_loop(
         except _Restart as restart:
             # Waited for outside the transaction: under REPEATABLE READ a snapshot
             # taken before the holder committed would never see its answer.
-            _wait(target, restart.found, deadline, run)
+            _wait(target, restart.found, attempt.deadline, run)
     run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
 
@@ -221,53 +228,37 @@ class _Restart(Exception):
         self.found = found
 
 
-def _claim_first(
-    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches
-) -> Iterator[Run]:
-    bounded = _bounded(target)
-    look = _looker(proto, target, bounded, 0.0, read_only=False)
-    claim = _acquire(proto, target, run, time.monotonic() + wait, matches, look)
+def _claim_first(attempt: _Attempt) -> Iterator[Run]:
+    """Claim in autocommit (``"lease"``), then run the body holding the entry's row lock."""
+    target, run = attempt.target, attempt.run
+    claim = _acquire(attempt)
     if claim is None:
         run.running = True
         yield run
         return
     try:
         with transaction.atomic(using=target.using):
-            if not proto.hold(claim, target, bounded):
+            if not attempt.proto.hold(claim, target, attempt.bounded):
                 # Taken over between our claim and our lock: the other request runs it.
                 raise RequestInProgress()
             run._claim, run.running = claim, True
             yield run
     except BaseException:
-        _release(proto, claim)
+        _release(attempt.proto, claim)
         raise
 
 
-def _bounded(target: Target) -> bool:
-    # Only a transaction we open ourselves gets the idle bound: a caller's own
-    # transaction keeps its settings.
-    conn = connections[target.using]
-    return target.idle is not None and is_postgres(conn) and not conn.in_atomic_block
-
-
-def _acquire(
-    proto: ModuleType,
-    target: Target,
-    run: Run,
-    deadline: float,
-    matches: Matches,
-    look: Callable[[], Found],
-    restart: bool = False,
-) -> Claim | None:
-    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (at ``deadline``) or 422.
+def _acquire(attempt: _Attempt, restart: bool = False) -> Claim | None:
+    """Our claim, or ``None`` with ``run.replay`` set; raises 409 (at the deadline) or 422.
 
     With ``restart``, waiting leaves the transaction first (raises ``_Restart``).
     """
+    target, run, deadline = attempt.target, attempt.run, attempt.deadline
     started, looks, waited_before = time.monotonic(), 0, run.waited_seconds
     try:
         while True:
-            found = _claim_or_take_over(proto, target, look)
-            if isinstance(found, Claim) or _replayable(found, run, matches, target):
+            found = _look(attempt)
+            if isinstance(found, Claim) or _replayable(found, run, attempt.matches, target):
                 return found if isinstance(found, Claim) else None
             if found is None and looks < _LOOKS:
                 looks += 1  # committed or deleted after the statement's snapshot
@@ -336,17 +327,13 @@ def _wait(target: Target, found: Found, deadline: float, run: Run) -> None:
     run.waited_seconds += time.monotonic() - begun
 
 
-def _looker(
-    proto: ModuleType, target: Target, bounded: bool, deadline: float, read_only: bool
-) -> Callable[[], Found]:
-    """One claim attempt: the read-only claim where it holds, else the protocol's own."""
-    if read_only:
-        return lambda: readonly.claim(target, bounded, deadline - time.monotonic())
-    return lambda: proto.claim(target, bounded)
-
-
-def _claim_or_take_over(proto: ModuleType, target: Target, look: Callable[[], Found]) -> Found:
-    found = look()
+def _look(attempt: _Attempt) -> Found:
+    """One claim attempt (the read-only claim where it holds); takes a dead holder's key over."""
+    target, proto = attempt.target, attempt.proto
+    if attempt.read_only:
+        found = readonly.claim(target, attempt.bounded, attempt.deadline - time.monotonic())
+    else:
+        found = proto.claim(target, attempt.bounded)
     if isinstance(found, Existing) and found.dead:
         taken = proto.take_over(target)
         if taken is not None and found.response is None:

@@ -85,8 +85,13 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
         if committed is None:
             row = raw.execute("SELECT current_setting('default_transaction_isolation')").fetchone()
             committed = _server_default[conn.alias] = row is not None and row[0] in _COMMITTED
-        return committed
-    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+    else:
+        committed = level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+    if committed and (prepared.enabled(conn) or prepared.server_side_binding(conn)):
+        # Asked here, in autocommit, the first time: inside the claim's transaction
+        # the probe would go first, and the claim could no longer carry the BEGIN.
+        _has_function(conn)
+    return committed
 
 
 _COMMITTED = ("read committed", "read uncommitted")
