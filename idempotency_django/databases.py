@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, TypeAlias
@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core import mail
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models, router
+from django.db.backends.signals import connection_created
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
@@ -204,27 +205,65 @@ def watching(alias: str) -> Iterator[None]:
     """Run a protected view with ``alias`` as its entries' database, watching the others.
 
     A write statement on another alias is outside the transaction that holds the
-    claim: a retry would repeat it. Under ``DEBUG`` or a test run it is refused
-    before it runs (:class:`UncoveredWrite`, naming the alias and the fix); in
-    production it runs, with a warning and the ``uncovered_write`` signal.
+    claim: a retry would repeat it. So is a write on ``alias`` itself through
+    another connection: one a worker thread uses (a thread that carries this
+    context: ``sync_to_async(thread_sensitive=False)``, ``asyncio.to_thread``,
+    ``contextvars.copy_context().run``). Under ``DEBUG`` or a test run it is
+    refused before it runs (:class:`UncoveredWrite`, naming the alias and the
+    fix); in production it runs, with a warning and the ``uncovered_write`` signal.
     """
-    token = _current.set(alias)
-    watches = [_Watch(other, alias) for other in connections if other != alias]
+    own = connections[alias]
+    watches = {other: _Watch(other, alias) for other in connections}
+    for other in watches:
+        if other != alias:  # the claim's own connection is never watched: no hook there
+            _hooked(connections[other])
+    token, watching_token = _current.set(alias), _watching.set(_Watching(alias, own, watches))
     try:
-        with ExitStack() as stack:
-            for watch in watches:
-                stack.enter_context(connections[watch.other].execute_wrapper(watch))
-            if watches:  # and below Django, the driver's own cursors (where it can)
-                conns = {w.other: connections[w.other] for w in watches}
-                stack.enter_context(
-                    driver_cursors.guarding(conns, {w.other: w.check for w in watches})
-                )
+        others = {other: connections[other] for other in watches if other != alias}
+        # And below Django, the driver's own cursors of this thread (where it can).
+        with driver_cursors.guarding(others, {o: watches[o].check for o in others}):
             yield
-        refused = next((w for w in watches if w.refused), None)
+        refused = next((w for w in watches.values() if w.refused), None)
         if refused is not None:  # the view caught our error and went on: fail it anyway
             raise UncoveredWrite(refused.message())
     finally:
+        _watching.reset(watching_token)
         _current.reset(token)
+
+
+class _Watching:
+    """The protected view running in this context: its entries' alias and connection."""
+
+    def __init__(self, alias: str, own: Any, watches: dict[str, _Watch]) -> None:
+        self.alias, self.own, self.watches = alias, own, watches
+
+
+_watching: ContextVar[_Watching | None] = ContextVar("idempotency_watching", default=None)
+
+
+def _hook(execute: Any, sql: object, params: Any, many: bool, context: Any) -> Any:
+    """On every connection: a statement sent while a protected view runs in this context
+    goes to its watch, unless it is on the connection that holds the view's claim."""
+    view = _watching.get()
+    if view is None or context["connection"] is view.own:
+        return execute(sql, params, many, context)
+    return view.watches[context["connection"].alias](execute, sql, params, many, context)
+
+
+def _hooked(conn: Any) -> None:
+    """``conn`` carries the hook from now on (it does nothing while no view is watched)."""
+    if _hook not in conn.execute_wrappers:
+        conn.execute_wrappers.append(_hook)
+
+
+def _created(sender: object, connection: Any, **kwargs: object) -> None:
+    """A connection opened while a view is watched (a worker thread's) carries the hook."""
+    view = _watching.get()
+    if view is not None and connection is not view.own:
+        _hooked(connection)
+
+
+connection_created.connect(_created, dispatch_uid="idempotency_django.databases.hook")
 
 
 @contextmanager
@@ -261,6 +300,14 @@ class _Watch:
             signals.send(signals.uncovered_write, "http", alias=self.other, database=self.alias)
 
     def message(self) -> str:
+        if self.other == self.alias:
+            return (
+                f"A protected view wrote to its entries' database {self.alias!r} through "
+                f"another connection (a worker thread's): that write is outside the "
+                f"transaction that holds the claim, so it is not covered by the key (a retry "
+                f"repeats it). Make it in the view's own thread, or wrap writes that may "
+                f"repeat in idempotency_django.databases.uncovered({self.alias!r})."
+            )
         return (
             f"A protected view wrote to the database {self.other!r}, but its idempotency "
             f"entry is in {self.alias!r}: that write is not covered by the key (a retry "

@@ -186,7 +186,8 @@ class _FakeConnections:
 
         wrapper = staticmethod(lambda w: nullcontext())
         # No driver connection of a kind whose cursors the watch could guard.
-        return type("C", (), {"execute_wrapper": wrapper, "vendor": "fake", "connection": None})()
+        fields = {"execute_wrapper": wrapper, "vendor": "fake", "connection": None}
+        return type("C", (), {**fields, "execute_wrappers": []})()
 
 
 @pytest.mark.django_db

@@ -6,8 +6,8 @@ open before the view or opened by it.
 
 What it cannot see, and docs/operations.rst says so: a write through sqlite3's or
 MySQLdb's own cursor (driver_cursors says why), and a write from a
-thread the view starts (another thread has its own connections, which the view's
-watch is not on).
+thread the view starts without its context (test_uncovered_threads.py covers
+those that carry it).
 """
 
 from __future__ import annotations

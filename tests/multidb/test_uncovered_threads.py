@@ -1,0 +1,102 @@
+"""The write guard (``UncoveredWrite``) sees a protected view's writes from a worker
+thread that carries the view's context (``sync_to_async(thread_sensitive=False)``,
+``asyncio.to_thread``, ``contextvars.copy_context().run``): to another database, and to
+the entries' own database, which a worker thread reaches through a connection of its
+own, outside the transaction that holds the claim.
+
+A plain ``threading.Thread`` starts without the view's context: its writes are not
+seen (docs/operations.rst says so).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connections
+from django.http import HttpRequest, JsonResponse
+from django.test import Client
+from django.urls import path
+
+from idempotency_django import databases, idempotent, signals
+from tests.helpers import new_key
+from tests.testapp.models import Charge
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "shard1"]),
+    pytest.mark.urls(__name__),
+]
+
+
+def _in_a_worker(write: Callable[[], None], how: str) -> None:
+    if how == "copy_context":
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(contextvars.copy_context().run, write).result()
+    else:
+        async_to_sync(sync_to_async(write, thread_sensitive=False))()
+
+
+@idempotent(database="default")
+def write_from_a_worker(request: HttpRequest) -> JsonResponse:
+    alias, reference = request.headers["X-Alias"], request.headers["X-Ref"]
+
+    def write() -> None:
+        try:
+            Charge.objects.using(alias).create(reference=reference, amount=1)
+        finally:
+            connections.close_all()  # this worker thread's own
+
+    _in_a_worker(write, request.headers["X-How"])
+    return JsonResponse({}, status=201)
+
+
+urlpatterns = [path("worker/", write_from_a_worker)]
+
+
+def _post(key: str, alias: str, how: str, client: Client | None = None) -> object:
+    return (client or Client()).post(
+        "/worker/",
+        "{}",
+        content_type="application/json",
+        headers={"Idempotency-Key": key, "X-Ref": key, "X-Alias": alias, "X-How": how},
+    )
+
+
+@pytest.mark.parametrize("how", ["copy_context", "sync_to_async"])
+@pytest.mark.parametrize("alias", ["shard1", "default"])
+def test_a_write_from_a_worker_thread_carrying_the_context_is_refused(alias: str, how: str) -> None:
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match=f"'{alias}'"):
+        _post(key, alias, how)
+    assert not Charge.objects.using(alias).filter(reference=key).exists()
+
+
+def test_in_production_a_worker_threads_write_runs_and_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(databases, "refusing", lambda: False)
+    reported: list[str] = []
+
+    def receiver(sender: object, alias: str, **kwargs: object) -> None:
+        reported.append(alias)
+
+    signals.uncovered_write.connect(receiver)
+    try:
+        key = new_key()
+        response = _post(key, "shard1", "copy_context", Client(raise_request_exception=False))
+    finally:
+        signals.uncovered_write.disconnect(receiver)
+    assert response.status_code == 201  # type: ignore[attr-defined]
+    assert reported == ["shard1"]
+    assert Charge.objects.using("shard1").filter(reference=key).exists()
+
+
+def test_the_claims_own_connection_is_not_watched() -> None:
+    """The view's writes on its entries' database, in its own thread, are the covered ones."""
+    key = new_key()
+    with databases.watching("default"):
+        Charge.objects.using("default").create(reference=key, amount=1)
+    assert Charge.objects.filter(reference=key).exists()
