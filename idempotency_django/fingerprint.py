@@ -247,7 +247,7 @@ def _parsed_form(request: HttpRequest) -> Form:
 def _body_digest(snapshot: RequestSnapshot) -> bytes:
     if snapshot.form is not None:
         return b"form:" + _form_digest(*snapshot.form())
-    media, _ = _parse_content_type(snapshot.content_type)
+    media = _media_type(snapshot.content_type)
     body = snapshot.body or b""
     if media == _MULTIPART:
         return _multipart_digest(body, snapshot.content_type)
@@ -298,6 +298,8 @@ def _unquote(raw: bytes) -> bytes:
     return unquote_to_bytes(raw.replace(b"+", b" "))
 
 
+# A client sends the same few content types: each is parsed once (pure, small, bounded).
+@functools.lru_cache(maxsize=256)
 def _canonical_content_type(raw: str) -> bytes:
     """Media type and parameters, lower-cased; ``boundary`` left out.
 
@@ -309,6 +311,11 @@ def _canonical_content_type(raw: str) -> bytes:
     kept = sorted((name, _parameter(name, value)) for name, value in params.items())
     kept = [(name, value) for name, value in kept if name != "boundary"]
     return json.dumps([media, kept], ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+@functools.lru_cache(maxsize=256)
+def _media_type(raw: str) -> str:
+    return _parse_content_type(raw)[0]
 
 
 def _parse_content_type(raw: str) -> tuple[str, dict[str, str]]:

@@ -87,7 +87,10 @@ def usable(conn: BaseDatabaseWrapper, own: bool) -> bool:
             committed = _server_default[conn.alias] = row is not None and row[0] in _COMMITTED
     else:
         committed = level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
-    if committed and (prepared.enabled(conn) or prepared.server_side_binding(conn)):
+    server_side = conn.alias not in _functions and (
+        prepared.enabled(conn) or prepared.server_side_binding(conn)
+    )
+    if committed and server_side:
         # Asked here, in autocommit, the first time: inside the claim's transaction
         # the probe would go first, and the claim could no longer carry the BEGIN.
         _has_function(conn)
