@@ -16,6 +16,15 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.db import connection, connections
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# A property holds or not whatever the machine's speed: no per-example deadline (200 ms
+# by default) and no "too slow" health check, which fail a busy machine's run, not a bug.
+hypothesis_settings.register_profile(
+    "suite", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("suite")
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SERVICES = os.environ.get("IDEMPOTENCY_TEST_SERVICES", "required" if IN_CI else "optional")
