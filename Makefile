@@ -113,12 +113,14 @@ TOX_CORNERS := py311-dj52-postgres,py313-dj61-postgres
 tox-corners: install
 	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS) -- -m "not packaging and not system"
 
-# Past one database (docs/contributing.rst): shards and a replica (SQLite, then PostgreSQL),
-# then the race, crash and wait tests through PgBouncer (transaction mode) and Django's pool.
+# Past one database (docs/contributing.rst): shards and a replica (SQLite, PostgreSQL, then
+# MariaDB without the matrix, which has no MariaDB chooser combination), then the race,
+# crash and wait tests through PgBouncer (transaction mode) and Django's pool.
 .PHONY: test-multidb test-poolers conformance-full
 test-multidb: install
 	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
+	DATABASE_URL=$(MARIADB_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
 
 # The conformance matrix's combinations each run in the tier that provides them (test-sqlite,
 # test-postgres and test-mariadb collect it with the rest of tests/).

@@ -220,15 +220,27 @@ def watching(alias: str) -> Iterator[None]:
     token, watching_token = _current.set(alias), _watching.set(_Watching(alias, own, watches))
     try:
         others = {other: connections[other] for other in watches if other != alias}
-        # And below Django, the driver's own cursors of this thread (where it can).
-        with driver_cursors.guarding(others, {o: watches[o].check for o in others}):
-            yield
-        refused = next((w for w in watches.values() if w.refused), None)
-        if refused is not None:  # the view caught our error and went on: fail it anyway
-            raise UncoveredWrite(refused.message())
+        try:
+            # And below Django, the driver's own cursors of this thread (where it can).
+            with driver_cursors.guarding(others, {o: watches[o].check for o in others}):
+                yield
+        except UncoveredWrite:
+            raise
+        except Exception as exc:
+            # The driver's own error for a write the guard denied (sqlite3's "not
+            # authorized"), or the view's after it: the refused write is the cause.
+            _raise_refused(watches, exc)
+            raise
+        _raise_refused(watches)  # the view caught our error and went on: fail it anyway
     finally:
         _watching.reset(watching_token)
         _current.reset(token)
+
+
+def _raise_refused(watches: dict[str, _Watch], cause: BaseException | None = None) -> None:
+    refused = next((w for w in watches.values() if w.refused), None)
+    if refused is not None:
+        raise UncoveredWrite(refused.message()) from cause
 
 
 class _Watching:

@@ -4,11 +4,12 @@
 other aliases (``connection.execute_wrapper()``). A statement sent through the
 driver's own cursor (``connections["other"].connection.cursor()``, or psycopg's
 ``connection.execute()``) never passes there. While a protected view runs, the
-other aliases' driver connections in this thread make their cursors from a
-subclass of their own cursor class that hands each statement to the same check
-first: psycopg's ``cursor_factory`` (PostgreSQL). sqlite3 has no such setting,
-and MySQLdb's ``cursorclass`` is not tested here against two MySQL databases: their
-driver cursors stay unseen (docs/operations.rst).
+other aliases' driver connections in this thread check what their cursors send:
+on PostgreSQL and MySQL they make their cursors from a subclass of their own
+cursor class that hands each statement to the same check first (psycopg's
+``cursor_factory``, mysqlclient's ``cursorclass``); on SQLite an authorizer
+(``set_authorizer()``) hands each write action to it as SQLite prepares the
+statement, whatever cursor sent it.
 
 A statement Django sends is checked once, by Django's hook: its cursor is one of
 these too, and it is marked as Django's while it runs (:func:`through_django`).
@@ -33,8 +34,11 @@ _checks: ContextVar[dict[str, Check] | None] = ContextVar("idempotency_driver_ch
 _django: ContextVar[bool] = ContextVar("idempotency_through_django", default=False)
 # The aliases whose driver connection this context's guarding() block guarded itself.
 _mine: ContextVar[list[str]] = ContextVar("idempotency_driver_guarded", default=[])  # noqa: B039
-_ATTRIBUTE = {"postgresql": "cursor_factory"}
+_ATTRIBUTE = {"postgresql": "cursor_factory", "mysql": "cursorclass"}
 _BASE = "_idempotency_unguarded"  # on a guarded class: the driver's own, put back after
+# On a Django SQLite connection: the sqlite3 connection whose authorizer this module set
+# (sqlite3's connection takes no attribute).
+_AUTHORIZED = "_idempotency_authorized"
 
 
 @contextmanager
@@ -62,10 +66,19 @@ def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) ->
 
 
 def _guard(conn: BaseDatabaseWrapper) -> bool:
-    """Make the driver connection's cursors from the guarded subclass of its cursor class;
-    whether this call did (not where the driver can't, or an outer view already has)."""
-    attribute, raw = _ATTRIBUTE.get(conn.vendor), conn.connection
-    if attribute is None or raw is None:
+    """Make the driver connection check what its own cursors send; whether this call did
+    (not where the driver can't, or an outer view already has)."""
+    raw = conn.connection
+    if raw is None:
+        return False
+    if conn.vendor == "sqlite":
+        if _authorized(conn, raw):
+            return False
+        raw.set_authorizer(_authorizer(conn.alias))
+        setattr(conn, _AUTHORIZED, raw)
+        return True
+    attribute = _ATTRIBUTE.get(conn.vendor)
+    if attribute is None:
         return False
     current = getattr(raw, attribute, None)
     if not isinstance(current, type) or hasattr(current, _BASE):
@@ -74,9 +87,21 @@ def _guard(conn: BaseDatabaseWrapper) -> bool:
     return True
 
 
+def _authorized(conn: BaseDatabaseWrapper, raw: Any) -> bool:
+    return getattr(conn, _AUTHORIZED, None) is raw
+
+
 def _unguard(conn: BaseDatabaseWrapper) -> None:
-    attribute, raw = _ATTRIBUTE.get(conn.vendor), conn.connection
-    if attribute is None or raw is None:
+    raw = conn.connection
+    if raw is None:
+        return
+    if conn.vendor == "sqlite":
+        if _authorized(conn, raw):
+            raw.set_authorizer(None)
+            delattr(conn, _AUTHORIZED)
+        return
+    attribute = _ATTRIBUTE.get(conn.vendor)
+    if attribute is None:
         return
     base = getattr(getattr(raw, attribute, None), _BASE, None)
     if base is not None:
@@ -117,6 +142,46 @@ def _guarded(base: type, alias: str) -> type:
     Guarded.__module__ = base.__module__
     setattr(Guarded, _BASE, base)
     return Guarded
+
+
+def _authorizer(alias: str) -> Callable[..., int]:
+    """sqlite3's authorizer for ``alias``: a write action goes to its active check.
+
+    SQLite asks it while preparing each statement, whatever cursor sends it, and
+    setting it expires the connection's cached statements, so none escapes. A
+    refused write is denied (sqlite3 raises "not authorized"; ``watching`` turns
+    that into the ``UncoveredWrite`` the check recorded); nothing may raise here.
+    """
+    import sqlite3
+
+    def authorize(action: int, first: str | None, *rest: object) -> int:
+        verb = _sqlite_writes().get(action)
+        checks = _checks.get()
+        found = None if verb is None or checks is None or _django.get() else checks.get(alias)
+        if found is None:
+            return sqlite3.SQLITE_OK
+        try:
+            found(f"{verb} {first or ''}")
+        except Exception:  # noqa: BLE001  (the refusal; sqlite3 would swallow it anyway)
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    return authorize
+
+
+@functools.cache
+def _sqlite_writes() -> dict[int, str]:
+    """sqlite3's write actions, by code, as the first keyword of a statement doing them."""
+    import sqlite3
+
+    writes = {}
+    for name in dir(sqlite3):
+        action = name.removeprefix("SQLITE_")
+        if action in ("INSERT", "UPDATE", "DELETE") or action.startswith(
+            ("CREATE_", "DROP_", "ALTER_")
+        ):
+            writes[getattr(sqlite3, name)] = action.split("_")[0]
+    return writes
 
 
 __all__ = ["guarding", "through_django"]

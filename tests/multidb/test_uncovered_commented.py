@@ -1,13 +1,12 @@
 """The write guard (``UncoveredWrite``) sees a write to another database whatever comes
 before its first keyword: a tracing tag (sqlcommenter's ``/* ... */``), a ``--`` line,
-parentheses; and, on PostgreSQL, whatever cursor sends it: Django's, or the
+parentheses; and whatever cursor sends it: Django's, or the
 driver's own (``connection.connection.cursor()``, ``driver_cursors``), on a connection
 open before the view or opened by it.
 
-What it cannot see, and docs/operations.rst says so: a write through sqlite3's or
-MySQLdb's own cursor (driver_cursors says why), and a write from a
-thread the view starts without its context (test_uncovered_threads.py covers
-those that carry it).
+What it cannot see, and docs/operations.rst says so: a write from a thread the view
+starts without its context (test_uncovered_threads.py covers those that carry it).
+Runs against SQLite, PostgreSQL and MariaDB (``make test-multidb``).
 """
 
 from __future__ import annotations
@@ -47,6 +46,8 @@ def driver_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     table = conn.ops.quote_name(Charge._meta.db_table)
     columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
     sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, CURRENT_TIMESTAMP)"
+    if conn.vendor == "sqlite":
+        sql = sql.replace("%s", "?")  # sqlite3's own placeholders
     cursor = conn.connection.cursor()  # the driver's own: no Django hook sees it
     if request.headers.get("X-Composed"):
         from psycopg import sql as composable  # psycopg's way to build dynamic SQL
@@ -101,10 +102,17 @@ def test_a_write_keyword_inside_a_comment_is_no_write(sql: str) -> None:
     assert not databases.is_write(sql)
 
 
+def guarded(alias: str) -> bool:
+    """Whether ``alias``'s driver connection checks what its own cursors send."""
+    conn = connections[alias]
+    if conn.vendor == "sqlite":
+        return hasattr(conn, "_idempotency_authorized")
+    attribute = "cursorclass" if conn.vendor == "mysql" else "cursor_factory"
+    return hasattr(getattr(conn.connection, attribute), "_idempotency_unguarded")
+
+
 @pytest.fixture(params=["open before the view", "opened by the view"])
 def shard1_state(request: pytest.FixtureRequest) -> str:
-    if connections["shard1"].vendor == "sqlite":
-        pytest.skip("sqlite3 has no cursor class to set on a connection (docs/operations.rst)")
     if request.param == "opened by the view":
         connections["shard1"].close()
     else:
@@ -123,6 +131,8 @@ def _post_driver_write(key: str, client: Client | None = None, composed: bool = 
 
 def test_a_composed_statement_through_the_drivers_cursor_is_refused(shard1_state: str) -> None:
     """psycopg.sql's Composed objects are checked as the text they send."""
+    if connections["shard1"].vendor != "postgresql":
+        pytest.skip("psycopg.sql builds PostgreSQL statements")
     key = new_key()
     with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
         _post_driver_write(key, composed=True)
@@ -132,16 +142,13 @@ def test_a_composed_statement_through_the_drivers_cursor_is_refused(shard1_state
 @pytest.mark.django_db(transaction=True, databases=["default", "shard1", "replica"])
 def test_a_nested_watch_leaves_the_outer_views_guard_in_place() -> None:
     """An inner protected call watching other aliases ends: the outer's guard stays."""
-    if connections["shard1"].vendor == "sqlite":
-        pytest.skip("sqlite3's cursors are not guarded")
     for alias in ("default", "shard1", "replica"):
         connections[alias].ensure_connection()
     with databases.watching("default"):  # guards shard1 and replica
         with databases.watching("shard1"):  # would guard default and replica
             pass
-        factory = connections["replica"].connection.cursor_factory
-        assert hasattr(factory, "_idempotency_unguarded")  # still the outer's
-    assert not hasattr(connections["replica"].connection.cursor_factory, "_idempotency_unguarded")
+        assert guarded("replica")  # still the outer's
+    assert not guarded("replica")
 
 
 def test_a_write_through_the_drivers_own_cursor_is_refused(shard1_state: str) -> None:
@@ -150,8 +157,7 @@ def test_a_write_through_the_drivers_own_cursor_is_refused(shard1_state: str) ->
         _post_driver_write(key)
     assert not Charge.objects.using("shard1").filter(reference=key).exists()
     # Left as found: the driver's cursors are plain again once the view is over.
-    raw = connections["shard1"].connection
-    assert not hasattr(raw.cursor_factory, "_idempotency_unguarded")
+    assert not guarded("shard1")
 
 
 def test_in_production_a_drivers_write_runs_and_is_reported(
@@ -179,8 +185,6 @@ def test_djangos_own_cursor_is_checked_once_not_twice(
 ) -> None:
     """Django's cursor on shard1 is made from the guarded class too: its statement is
     checked by Django's hook, and the driver's check lets it pass."""
-    if connections["shard1"].vendor == "sqlite":
-        pytest.skip("sqlite3's cursors are not guarded")
     monkeypatch.setattr(databases, "refusing", lambda: False)
     checked: list[object] = []
     real = databases._Watch.check
