@@ -18,7 +18,8 @@ these too, and it is marked as Django's while it runs (:func:`through_django`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -33,7 +34,7 @@ Check = Callable[[object], None]  # raises UncoveredWrite, or reports; given the
 _checks: ContextVar[dict[str, Check] | None] = ContextVar("idempotency_driver_checks", default=None)
 _django: ContextVar[bool] = ContextVar("idempotency_through_django", default=False)
 # The aliases whose driver connection this context's guarding() block guarded itself.
-_mine: ContextVar[list[str]] = ContextVar("idempotency_driver_guarded", default=[])  # noqa: B039
+_mine: ContextVar[_Mine] = ContextVar("idempotency_driver_guarded")
 _ATTRIBUTE = {"postgresql": "cursor_factory", "mysql": "cursorclass"}
 _BASE = "_idempotency_unguarded"  # on a guarded class: the driver's own, put back after
 # On a Django SQLite connection: the sqlite3 connection whose authorizer this module set
@@ -54,15 +55,15 @@ def through_django() -> Iterator[None]:
 @contextmanager
 def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) -> Iterator[None]:
     """While the block runs, writes through these aliases' driver cursors go to ``checks``."""
-    mine = [alias for alias in checks if _guard(conns[alias])]
+    mine = _Mine(conn for alias in checks if _guard(conn := conns[alias]))
     token, mine_token = _checks.set(checks), _mine.set(mine)  # _opened adds to ``mine``
     try:
         yield
     finally:
         _checks.reset(token)
         _mine.reset(mine_token)
-        for alias in mine:  # only what this block guarded: an outer view's stay guarded
-            _unguard(conns[alias])
+        for conn in mine:  # only what this block guarded: an outer view's stay guarded
+            _unguard(conn)
 
 
 def _guard(conn: BaseDatabaseWrapper) -> bool:
@@ -108,11 +109,27 @@ def _unguard(conn: BaseDatabaseWrapper) -> None:
         setattr(raw, attribute, base)
 
 
+class _Mine(list[BaseDatabaseWrapper]):
+    """The connections one ``guarding()`` block guarded, in the thread that runs it."""
+
+    def __init__(self, conns: Iterable[BaseDatabaseWrapper]) -> None:
+        super().__init__(conns)
+        self.thread = threading.get_ident()
+
+
 def _opened(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
-    """A connection the protected view opens meanwhile is guarded from its first statement."""
-    checks = _checks.get()
-    if checks is not None and connection.alias in checks and _guard(connection):
-        _mine.get().append(connection.alias)
+    """A connection the protected view opens meanwhile is guarded from its first statement.
+
+    Only in the view's own thread: a worker thread that carries the view's context
+    has connections of its own, which the view can't put back when it ends.
+    """
+    checks, mine = _checks.get(), _mine.get(None)
+    if checks is None or mine is None or connection.alias not in checks:
+        return
+    if mine.thread != threading.get_ident():
+        return
+    if _guard(connection):
+        mine.append(connection)
 
 
 connection_created.connect(_opened, dispatch_uid="idempotency_django.driver_cursors")

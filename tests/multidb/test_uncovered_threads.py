@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -53,7 +54,30 @@ def write_from_a_worker(request: HttpRequest) -> JsonResponse:
     return JsonResponse({}, status=201)
 
 
-urlpatterns = [path("worker/", write_from_a_worker)]
+def _driver_guarded(conn: Any) -> bool:
+    if conn.vendor == "sqlite":
+        return hasattr(conn, "_idempotency_authorized")
+    attribute = "cursorclass" if conn.vendor == "mysql" else "cursor_factory"
+    return hasattr(getattr(conn.connection, attribute), "_idempotency_unguarded")
+
+
+@idempotent(database="default")
+def connect_from_a_worker(request: HttpRequest) -> JsonResponse:
+    seen: list[bool] = []
+
+    def connect() -> None:
+        try:
+            conn = connections["shard1"]
+            conn.ensure_connection()  # a new connection, this worker thread's own
+            seen.append(_driver_guarded(conn))
+        finally:
+            connections.close_all()
+
+    _in_a_worker(connect, "copy_context")
+    return JsonResponse({"guarded": seen[0]}, status=201)
+
+
+urlpatterns = [path("worker/", write_from_a_worker), path("connect/", connect_from_a_worker)]
 
 
 def _post(key: str, alias: str, how: str, client: Client | None = None) -> object:
@@ -100,3 +124,13 @@ def test_the_claims_own_connection_is_not_watched() -> None:
     with databases.watching("default"):
         Charge.objects.using("default").create(reference=key, amount=1)
     assert Charge.objects.filter(reference=key).exists()
+
+
+def test_a_worker_threads_new_connection_is_not_left_guarded() -> None:
+    """The driver-cursor guard stays in the view's thread: a worker's connection is its
+    own, and the view could not put it back when it ends (it once stayed guarded)."""
+    response = Client().post(
+        "/connect/", "{}", content_type="application/json", headers={"Idempotency-Key": new_key()}
+    )
+    assert response.status_code == 201
+    assert response.json() == {"guarded": False}
