@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, TypeAlias
@@ -212,67 +213,75 @@ def watching(alias: str) -> Iterator[None]:
     refused before it runs (:class:`UncoveredWrite`, naming the alias and the
     fix); in production it runs, with a warning and the ``uncovered_write`` signal.
     """
-    own = connections[alias]
-    watches = {other: _Watch(other, alias) for other in connections}
-    for other in watches:
-        if other != alias:  # the claim's own connection is never watched: no hook there
-            _hooked(connections[other])
-    token, watching_token = _current.set(alias), _watching.set(_Watching(alias, own, watches))
+    view = _Watching(alias, connections[alias], {o: _Watch(o, alias) for o in connections})
+    others = {other: connections[other] for other in view.watches if other != alias}
+    token, watching_token = _current.set(alias), _watching.set(view)
     try:
-        others = {other: connections[other] for other in watches if other != alias}
-        try:
+        with ExitStack() as stack:
+            for conn in others.values():  # the claim's own connection is never watched
+                if _hook not in conn.execute_wrappers:  # a worker thread's earlier hook
+                    stack.enter_context(conn.execute_wrapper(_hook))
             # And below Django, the driver's own cursors of this thread (where it can).
-            with driver_cursors.guarding(others, {o: watches[o].check for o in others}):
+            checks: dict[str, driver_cursors.Check] = {o: view.watches[o].check for o in others}
+            stack.enter_context(driver_cursors.guarding(others, checks))
+            try:
                 yield
-        except UncoveredWrite:
-            raise
-        except Exception as exc:
-            # The driver's own error for a write the guard denied (sqlite3's "not
-            # authorized"), or the view's after it: the refused write is the cause.
-            _raise_refused(watches, exc)
-            raise
-        _raise_refused(watches)  # the view caught our error and went on: fail it anyway
+            except UncoveredWrite:
+                raise
+            except Exception as exc:
+                # The driver's own error for a write the guard denied (sqlite3's "not
+                # authorized"), or the view's after it: the refused write is the cause.
+                _raise_refused(view, exc)
+                raise
+        _raise_refused(view)  # the view caught our error and went on: fail it anyway
     finally:
         _watching.reset(watching_token)
         _current.reset(token)
 
 
-def _raise_refused(watches: dict[str, _Watch], cause: BaseException | None = None) -> None:
-    refused = next((w for w in watches.values() if w.refused), None)
+def _raise_refused(view: _Watching, cause: BaseException | None = None) -> None:
+    refused = next((w for w in list(view.watches.values()) if w.refused), None)
     if refused is not None:
         raise UncoveredWrite(refused.message()) from cause
 
 
 class _Watching:
-    """The protected view running in this context: its entries' alias and connection."""
+    """The protected view running in this context: its entries' alias and connection, the
+    thread it runs in, and a watch per alias (one added for an alias opened meanwhile)."""
 
     def __init__(self, alias: str, own: Any, watches: dict[str, _Watch]) -> None:
         self.alias, self.own, self.watches = alias, own, watches
+        self.thread = threading.get_ident()
 
 
 _watching: ContextVar[_Watching | None] = ContextVar("idempotency_watching", default=None)
 
 
 def _hook(execute: Any, sql: object, params: Any, many: bool, context: Any) -> Any:
-    """On every connection: a statement sent while a protected view runs in this context
-    goes to its watch, unless it is on the connection that holds the view's claim."""
+    """A statement sent while a protected view runs in this context goes to its watch,
+    unless it is on the connection that holds the view's claim."""
     view = _watching.get()
-    if view is None or context["connection"] is view.own:
+    conn = context["connection"]
+    if view is None or conn is view.own:
         return execute(sql, params, many, context)
-    return view.watches[context["connection"].alias](execute, sql, params, many, context)
-
-
-def _hooked(conn: Any) -> None:
-    """``conn`` carries the hook from now on (it does nothing while no view is watched)."""
-    if _hook not in conn.execute_wrappers:
-        conn.execute_wrappers.append(_hook)
+    watch = view.watches.get(conn.alias)
+    if watch is None:  # an alias that was not in DATABASES when the view began
+        watch = view.watches.setdefault(conn.alias, _Watch(conn.alias, view.alias))
+    return watch(execute, sql, params, many, context)
 
 
 def _created(sender: object, connection: Any, **kwargs: object) -> None:
-    """A connection opened while a view is watched (a worker thread's) carries the hook."""
+    """A worker thread's connection opened while a view is watched keeps the hook.
+
+    First in the list: ``execute_wrapper()`` blocks pop the last one, their own.
+    The view's own thread is watched by :func:`watching` itself (a connection it
+    opens, such as the server secret's apart, is none of a worker's).
+    """
     view = _watching.get()
-    if view is not None and connection is not view.own:
-        _hooked(connection)
+    if view is None or view.thread == threading.get_ident():
+        return
+    if _hook not in connection.execute_wrappers:
+        connection.execute_wrappers.insert(0, _hook)
 
 
 connection_created.connect(_created, dispatch_uid="idempotency_django.databases.hook")
@@ -286,6 +295,9 @@ def uncovered(*aliases: str) -> Iterator[None]:
         yield
     finally:
         _uncovered.reset(token)
+        # A write SQLite prepared meanwhile is in its statement cache, never asked about
+        # again: the guarded SQLite connections forget their cached statements.
+        driver_cursors.expire()
 
 
 class _Watch:

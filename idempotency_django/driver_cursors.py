@@ -18,6 +18,7 @@ these too, and it is marked as Django's while it runs (:func:`through_django`).
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,8 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
+
+logger = logging.getLogger("idempotency_django")
 
 Check = Callable[[object], None]  # raises UncoveredWrite, or reports; given the SQL
 
@@ -63,7 +66,23 @@ def guarding(conns: dict[str, BaseDatabaseWrapper], checks: dict[str, Check]) ->
         _checks.reset(token)
         _mine.reset(mine_token)
         for conn in mine:  # only what this block guarded: an outer view's stay guarded
-            _unguard(conn)
+            try:
+                _unguard(conn)
+            except Exception:  # noqa: BLE001  (closed by hand meanwhile: nothing to put back)
+                logger.debug("could not put %r's driver cursors back", conn.alias)
+
+
+def expire() -> None:
+    """Make the SQLite connections guarded here forget their cached statements.
+
+    SQLite asks the authorizer only while preparing a statement, and sqlite3 keeps
+    the statements it prepared: one allowed meanwhile (``databases.uncovered()``)
+    would run again unasked. Setting the authorizer again expires them all.
+    """
+    for conn in _mine.get(None) or ():
+        raw = conn.connection
+        if conn.vendor == "sqlite" and raw is not None and _authorized(conn, raw):
+            raw.set_authorizer(_authorizer(conn.alias))
 
 
 def _guard(conn: BaseDatabaseWrapper) -> bool:
@@ -201,4 +220,4 @@ def _sqlite_writes() -> dict[int, str]:
     return writes
 
 
-__all__ = ["guarding", "through_django"]
+__all__ = ["expire", "guarding", "through_django"]

@@ -62,9 +62,25 @@ def driver_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     return JsonResponse({}, status=201)
 
 
+@idempotent(database="default")
+def declared_then_undeclared(request: HttpRequest) -> JsonResponse:
+    """The same statement text twice through sqlite3's own cursor: declared, then not."""
+    conn = connections["shard1"]
+    conn.ensure_connection()
+    table = conn.ops.quote_name(Charge._meta.db_table)
+    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
+    sql = f"INSERT INTO {table} ({columns}) VALUES (?, ?, CURRENT_TIMESTAMP)"
+    reference = request.headers["X-Ref"]
+    with databases.uncovered("shard1"):
+        conn.connection.execute(sql, [f"{reference}-declared", 1])
+    conn.connection.execute(sql, [f"{reference}-undeclared", 1])
+    return JsonResponse({}, status=201)
+
+
 urlpatterns = [
     path("tagged/", tagged_write_on_the_other_database),
     path("driver/", driver_write_on_the_other_database),
+    path("declared-then-undeclared/", declared_then_undeclared),
 ]
 
 
@@ -203,3 +219,19 @@ def test_djangos_own_cursor_is_checked_once_not_twice(
     )
     assert response.status_code == 201
     assert len([sql for sql in checked if "INSERT" in str(sql)]) == 1
+
+
+def test_a_statement_sqlite_cached_while_declared_is_refused_once_undeclared() -> None:
+    """SQLite asks its authorizer only while preparing: a write allowed inside uncovered()
+    stays in sqlite3's statement cache, so leaving uncovered() expires it."""
+    if connections["shard1"].vendor != "sqlite":
+        pytest.skip("SQLite's authorizer and statement cache")
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
+        Client().post(
+            "/declared-then-undeclared/",
+            "{}",
+            content_type="application/json",
+            headers={"Idempotency-Key": key, "X-Ref": key},
+        )
+    assert not Charge.objects.using("shard1").filter(reference=f"{key}-undeclared").exists()

@@ -77,7 +77,28 @@ def connect_from_a_worker(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"guarded": seen[0]}, status=201)
 
 
-urlpatterns = [path("worker/", write_from_a_worker), path("connect/", connect_from_a_worker)]
+@idempotent(database="default")
+def plain(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({}, status=201)
+
+
+@idempotent(database="default")
+def read_through_an_alias_opened_meanwhile(request: HttpRequest) -> JsonResponse:
+    conn = connections["default"].copy(alias="adhoc")  # not in DATABASES when the view began
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        conn.close()
+    return JsonResponse({}, status=201)
+
+
+urlpatterns = [
+    path("worker/", write_from_a_worker),
+    path("connect/", connect_from_a_worker),
+    path("plain/", plain),
+    path("adhoc/", read_through_an_alias_opened_meanwhile),
+]
 
 
 def _post(key: str, alias: str, how: str, client: Client | None = None) -> object:
@@ -134,3 +155,30 @@ def test_a_worker_threads_new_connection_is_not_left_guarded() -> None:
     )
     assert response.status_code == 201
     assert response.json() == {"guarded": False}
+
+
+def test_a_users_execute_wrapper_around_the_view_is_the_one_it_removes() -> None:
+    """Django's execute_wrapper() pops the last wrapper: a request wrapped by a user's
+    (a query-logging middleware) leaves the list as it found it, request after request."""
+    conn = connections["shard1"]
+    # As on a connection no protected view has used yet (a test before may have).
+    conn.execute_wrappers[:] = [w for w in conn.execute_wrappers if w is not databases._hook]
+    before = list(conn.execute_wrappers)
+
+    def logger(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        return execute(sql, params, many, context)
+
+    for _ in range(3):
+        with conn.execute_wrapper(logger):
+            assert _post_plain("/plain/").status_code == 201  # type: ignore[attr-defined]
+    assert conn.execute_wrappers == before
+
+
+def test_a_connection_under_an_alias_opened_during_the_view_is_watched_not_broken() -> None:
+    assert _post_plain("/adhoc/").status_code == 201  # type: ignore[attr-defined]
+
+
+def _post_plain(url: str) -> object:
+    return Client().post(
+        url, "{}", content_type="application/json", headers={"Idempotency-Key": new_key()}
+    )
