@@ -107,7 +107,7 @@ def test_make_test_passes_when_every_tier_passes_and_reports_coverage(project: P
     assert "failed" not in result.stderr
     log = calls(project)
     assert log[-2:] == ["python -m coverage combine -q", "python -m coverage report"]
-    assert len([line for line in log if "coverage run" in line]) == 8
+    assert len([line for line in log if "coverage run" in line]) == 9
 
 
 def test_ci_runs_make_test_under_errexit() -> None:
