@@ -11,13 +11,15 @@ Runs against SQLite, PostgreSQL and MariaDB (``make test-multidb``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
 
-from idempotency_django import databases, idempotent, signals
+from idempotency_django import databases, idempotent
 from tests.helpers import new_key
 from tests.testapp.models import Charge
 
@@ -25,15 +27,21 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "shard1"]),
     pytest.mark.urls(__name__),
 ]
-TAGGED = "/*controller='charge',framework='django'*/ INSERT INTO {table} ({columns}) VALUES (%s, %s, {now})"
+
+
+def insert_sql(conn: Any, placeholder: str) -> str:
+    """A charge's INSERT on ``conn``, with the driver's own ``placeholder``."""
+    table = conn.ops.quote_name(Charge._meta.db_table)
+    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({placeholder}, {placeholder}, CURRENT_TIMESTAMP)"
+    )
 
 
 @idempotent(database="default")
 def tagged_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     conn = connections["shard1"]
-    table = conn.ops.quote_name(Charge._meta.db_table)
-    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
-    sql = TAGGED.format(table=table, columns=columns, now="CURRENT_TIMESTAMP")
+    sql = f"/*controller='charge',framework='django'*/ {insert_sql(conn, '%s')}"
     with conn.cursor() as cursor:
         cursor.execute(sql, [request.headers["X-Ref"], 1])
     return JsonResponse({}, status=201)
@@ -43,11 +51,7 @@ def tagged_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
 def driver_write_on_the_other_database(request: HttpRequest) -> JsonResponse:
     conn = connections["shard1"]
     conn.ensure_connection()
-    table = conn.ops.quote_name(Charge._meta.db_table)
-    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
-    sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, CURRENT_TIMESTAMP)"
-    if conn.vendor == "sqlite":
-        sql = sql.replace("%s", "?")  # sqlite3's own placeholders
+    sql = insert_sql(conn, "?" if conn.vendor == "sqlite" else "%s")  # the driver's placeholders
     cursor = conn.connection.cursor()  # the driver's own: no Django hook sees it
     if request.headers.get("X-Composed"):
         from psycopg import sql as composable  # psycopg's way to build dynamic SQL
@@ -67,9 +71,7 @@ def declared_then_undeclared(request: HttpRequest) -> JsonResponse:
     """The same statement text twice through sqlite3's own cursor: declared, then not."""
     conn = connections["shard1"]
     conn.ensure_connection()
-    table = conn.ops.quote_name(Charge._meta.db_table)
-    columns = ", ".join(conn.ops.quote_name(c) for c in ("reference", "amount", "created_at"))
-    sql = f"INSERT INTO {table} ({columns}) VALUES (?, ?, CURRENT_TIMESTAMP)"
+    sql = insert_sql(conn, "?")
     reference = request.headers["X-Ref"]
     with databases.uncovered("shard1"):
         conn.connection.execute(sql, [f"{reference}-declared", 1])
@@ -177,22 +179,12 @@ def test_a_write_through_the_drivers_own_cursor_is_refused(shard1_state: str) ->
 
 
 def test_in_production_a_drivers_write_runs_and_is_reported(
-    shard1_state: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    shard1_state: str, reported_uncovered: list[str]
 ) -> None:
-    monkeypatch.setattr(databases, "refusing", lambda: False)
-    reported: list[str] = []
-
-    def receiver(sender: object, alias: str, **kwargs: object) -> None:
-        reported.append(alias)
-
-    signals.uncovered_write.connect(receiver)
-    try:
-        key = new_key()
-        response = _post_driver_write(key, Client(raise_request_exception=False))
-    finally:
-        signals.uncovered_write.disconnect(receiver)
+    key = new_key()
+    response = _post_driver_write(key, Client(raise_request_exception=False))
     assert response.status_code == 201  # type: ignore[attr-defined]
-    assert reported == ["shard1"]
+    assert reported_uncovered == ["shard1"]
     assert Charge.objects.using("shard1").filter(reference=key).exists()
 
 
