@@ -89,12 +89,7 @@ urlpatterns = [
 def test_a_write_to_another_database_after_a_leading_comment_is_refused() -> None:
     key = new_key()
     with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
-        Client().post(
-            "/tagged/",
-            "{}",
-            content_type="application/json",
-            headers={"Idempotency-Key": key, "X-Ref": key},
-        )
+        _post_write("/tagged/", key)
     assert not Charge.objects.using("shard1").filter(reference=key).exists()
 
 
@@ -138,13 +133,18 @@ def shard1_state(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _post_driver_write(key: str, client: Client | None = None, composed: bool = False) -> object:
+def _post_write(path: str, key: str, client: Client | None = None, **headers: str) -> object:
+    """A keyed POST to one of the writing views above; ``X-Ref`` names its charge."""
     return (client or Client()).post(
-        "/driver/",
+        path,
         "{}",
         content_type="application/json",
-        headers={"Idempotency-Key": key, "X-Ref": key, **({"X-Composed": "1"} if composed else {})},
+        headers={"Idempotency-Key": key, "X-Ref": key, **headers},
     )
+
+
+def _post_driver_write(key: str, client: Client | None = None, composed: bool = False) -> object:
+    return _post_write("/driver/", key, client, **({"X-Composed": "1"} if composed else {}))
 
 
 def test_a_composed_statement_through_the_drivers_cursor_is_refused(shard1_state: str) -> None:
@@ -220,10 +220,5 @@ def test_a_statement_sqlite_cached_while_declared_is_refused_once_undeclared() -
         pytest.skip("SQLite's authorizer and statement cache")
     key = new_key()
     with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
-        Client().post(
-            "/declared-then-undeclared/",
-            "{}",
-            content_type="application/json",
-            headers={"Idempotency-Key": key, "X-Ref": key},
-        )
+        _post_write("/declared-then-undeclared/", key)
     assert not Charge.objects.using("shard1").filter(reference=f"{key}-undeclared").exists()
