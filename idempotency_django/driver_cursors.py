@@ -36,7 +36,7 @@ Check = Callable[[object], None]  # raises UncoveredWrite, or reports; given the
 # running now came through Django's cursor (already checked by its hook).
 _checks: ContextVar[dict[str, Check] | None] = ContextVar("idempotency_driver_checks", default=None)
 _django: ContextVar[bool] = ContextVar("idempotency_through_django", default=False)
-# The aliases whose driver connection this context's guarding() block guarded itself.
+# The connections this context's guarding() block guarded itself, and its thread.
 _mine: ContextVar[_Mine] = ContextVar("idempotency_driver_guarded")
 _ATTRIBUTE = {"postgresql": "cursor_factory", "mysql": "cursorclass"}
 _BASE = "_idempotency_unguarded"  # on a guarded class: the driver's own, put back after
@@ -184,7 +184,7 @@ def _authorizer(alias: str) -> Callable[..., int]:
     """sqlite3's authorizer for ``alias``: a write action goes to its active check.
 
     SQLite asks it while preparing each statement, whatever cursor sends it, and
-    setting it expires the connection's cached statements, so none escapes. A
+    setting it expires the connection's cached statements (see :func:`expire`). A
     refused write is denied (sqlite3 raises "not authorized"; ``watching`` turns
     that into the ``UncoveredWrite`` the check recorded); nothing may raise here.
     """
