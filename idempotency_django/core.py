@@ -32,7 +32,7 @@ from idempotency_django.exceptions import (
     KeyReused,
     NestedRefusal,
 )
-from idempotency_django.execution import Run, claimed, status_of, translate
+from idempotency_django.execution import Run, claimed, settled, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
 from idempotency_django.keys import extracted, parse_key
 from idempotency_django.models import IdempotencyEntry
@@ -214,6 +214,14 @@ def _answer(
         policy.ttl,
         policy.idle,
     )
+    if _marked_retry(view.request, policy):
+        with store_errors():
+            answered = settled(target, policy.protocol, fingerprint.matches)
+        if answered is not None and answered.replay is not None:
+            seen.slot = answered
+            seen.replayed("database")
+            _cache_on_commit(context, policy, fingerprint.current, answered.replay, answered)
+            return _replay(context, answered.replay)
     seen.slot = Run(policy.protocol)
     try:
         with claimed(target, policy.protocol, policy.wait, fingerprint.matches, seen.slot) as slot:
@@ -227,6 +235,16 @@ def _answer(
     seen.replayed("database")
     _cache_on_commit(context, policy, fingerprint.current, slot.replay, slot)
     return _replay(context, slot.replay)
+
+
+# The client's mark on a retry (``idempotency_django.client`` sends it from the second
+# attempt on): the answer is probably there, so it is looked up before any claim.
+RETRY_META = "HTTP_IDEMPOTENCY_RETRY"
+
+
+def _marked_retry(request: HttpRequest, policy: Policy) -> bool:
+    """A marked retry, in autocommit (a caller's transaction is left to the claim)."""
+    return RETRY_META in request.META and not connections[policy.database].in_atomic_block
 
 
 def _execute(policy: Policy, slot: Run, view: _View) -> HttpResponse:

@@ -36,7 +36,15 @@ from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 from idempotency_django.secret import server_secret
 from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly, sqlite
-from idempotency_django.store.sql import BUSY, Claim, Existing, Found, Target, is_postgres
+from idempotency_django.store.sql import (
+    BUSY,
+    Claim,
+    Existing,
+    Found,
+    Target,
+    is_postgres,
+    read,
+)
 from idempotency_django.store.sql import record as record_answer
 
 _LOOKS = 3  # how often a row that vanished or isn't visible yet is looked for again
@@ -218,6 +226,23 @@ def _claim_loop(attempt: _Attempt, own: bool) -> Iterator[Run]:
             _wait(target, restart.found, attempt.deadline, run)
     run.running = True
     yield run  # a replay: the claim's transaction (read only) has committed
+
+
+def settled(target: Target, protocol: str, matches: Matches) -> Run | None:
+    """The key's final answer, read in autocommit before any claim; ``None`` if it has none.
+
+    For a retry the client marked (``Idempotency-Retry``): one ``SELECT``, no
+    transaction, no lock. A final answer never changes once committed, so
+    reading it outside the claim is as safe as the replay cache's copy of it.
+    Anything else (no entry, one in progress, one expired) is left to the
+    claim, which then decides as for any request. Raises 422 for another payload.
+    """
+    found = read(target)
+    run = Run(protocol)
+    if found is None or found.dead or not _replayable(found, run, matches, target):
+        return None
+    run.running = True
+    return run
 
 
 class _Restart(Exception):

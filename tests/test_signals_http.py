@@ -199,6 +199,16 @@ def test_replay_from_the_database(client: Client, recorder: Recorder) -> None:
     )
 
 
+def test_a_marked_retrys_replay_is_one_outcome_from_the_database(
+    client: Client, recorder: Recorder
+) -> None:
+    key = new_key()
+    post(client, "/charges/", key)
+    recorder.take("outcome")
+    assert post(client, "/charges/", key, HTTP_IDEMPOTENCY_RETRY="1")["Idempotent-Replayed"]
+    expect(recorder.one_outcome(), outcome="replayed", status=201, source="database")
+
+
 @override_settings(CACHES=LOCAL_CACHE, IDEMPOTENCY_CACHE="local")
 def test_replay_from_the_cache(client: Client, recorder: Recorder) -> None:
     key = new_key()

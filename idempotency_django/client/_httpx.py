@@ -52,7 +52,7 @@ class IdempotentTransport(httpx.BaseTransport):
         attempts = _prepare(request, self.policy)
         request.read()  # a streamed body, buffered once so each attempt sends it whole
         while True:
-            attempts.begin()
+            attempts.begin(request.headers)
             try:
                 response = self.transport.handle_request(request)
             except RETRYABLE_ERRORS as error:
@@ -87,7 +87,7 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
         attempts = _prepare(request, self.policy)
         await request.aread()
         while True:
-            attempts.begin()
+            attempts.begin(request.headers)
             try:
                 response = await self.transport.handle_async_request(request)
             except RETRYABLE_ERRORS as error:

@@ -45,7 +45,7 @@ class IdempotentAdapter(HTTPAdapter):
         request.headers[self.policy.header] = attempts.key
         once = not _resendable(request.body)
         while True:
-            attempts.begin()
+            attempts.begin(request.headers)
             try:
                 response = super().send(request, **kwargs)
             except RETRYABLE_ERRORS as error:

@@ -13,10 +13,11 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 HEADER = "Idempotency-Key"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -147,8 +148,15 @@ class Attempts:
     def __post_init__(self) -> None:
         self.started = self.policy.clock()
 
-    def begin(self) -> None:
+    def begin(self, headers: MutableMapping[str, Any]) -> None:
+        """Count an attempt; from the second on, mark its ``headers`` as a retry's.
+
+        The mark lets the server answer from the stored answer at once (one read, no
+        transaction), where a first attempt claims the key.
+        """
         self.count += 1
+        if self.count > 1:
+            headers[RETRY_HEADER] = str(self.count - 1)
 
     def after_status(self, status: int, retry_after: str | None) -> float:
         """The wait before the next attempt after a retryable answer; raises when none is left."""
@@ -176,6 +184,10 @@ class Attempts:
         return RetriesExhausted(self.key, self.count, status, reason, elapsed)
 
 
+# Sent from a request's second attempt on: its number of earlier attempts.
+RETRY_HEADER = "Idempotency-Retry"
+
+
 def key_for(existing: str | None) -> str:
     """The caller's own key (the request's header), or a fresh one."""
     return existing or new_key()
@@ -183,6 +195,7 @@ def key_for(existing: str | None) -> str:
 
 __all__ = [
     "HEADER",
+    "RETRY_HEADER",
     "TRANSIENT_4XX",
     "UNSAFE_METHODS",
     "Attempts",

@@ -225,20 +225,24 @@ def diagnose(answer: Answer, run: Run) -> str:
 
 
 def replay(run: Run) -> None:
-    """A retry with the same key and body replays the first answer byte for byte."""
+    """A retry with the same key and body replays the first answer byte for byte,
+    marked as the Python client marks its retries (``Idempotency-Retry``) or not."""
     key, first, ident = run.create()
     before = run.executions()
-    second = run.post(key)
     run.note(f"first: {first.show()}")
-    run.note(f"retry: {second.show()}")
-    if not second.replayed:
-        raise Failed(f"the retry carries no 'Idempotent-Replayed: true'{ran_again(run, second)}")
-    if second.status != first.status or second.body != first.body:
-        raise Failed("the retry's status or body differs from the first answer")
-    for name in ("content-type", "location"):
-        if first.headers.get(name) != second.headers.get(name):
-            raise Failed(f"the retry's {name} differs: {second.headers.get(name)!r}")
-    expect_no_execution(run, before, "the retry")
+    for what, extra in (("retry", None), ("marked retry", {"Idempotency-Retry": "1"})):
+        second = run.post(key, extra=extra)
+        run.note(f"{what}: {second.show()}")
+        if not second.replayed:
+            raise Failed(
+                f"the {what} carries no 'Idempotent-Replayed: true'{ran_again(run, second)}"
+            )
+        if second.status != first.status or second.body != first.body:
+            raise Failed(f"the {what}'s status or body differs from the first answer")
+        for name in ("content-type", "location"):
+            if first.headers.get(name) != second.headers.get(name):
+                raise Failed(f"the {what}'s {name} differs: {second.headers.get(name)!r}")
+    expect_no_execution(run, before, "the retries")
     run.note(f"one execution, id {ident!r}")
 
 

@@ -36,6 +36,7 @@ PROTECTED = ["/conformance/function/", "/conformance/ninja/async/charges"]
 BROKEN = [
     ("/toys/unprotected/", "replay", True),
     ("/toys/replay-without-header/", "replay", True),
+    ("/toys/runs-marked-retries/", "replay", True),
     ("/toys/replay-instead-of-422/", "mismatch-422", True),
     ("/toys/runs-on-bad-key/", "key-missing-400", True),
     ("/toys/runs-on-bad-key/", "key-missing-400", False),

@@ -18,6 +18,7 @@ toys: list[URLPattern | URLResolver] = [
     path("toys/unprotected/", views.unprotected),
     path("toys/shared-tenant/", views.shared_tenant),
     path("toys/replay-without-header/", views.replay_without_header),
+    path("toys/runs-marked-retries/", views.runs_marked_retries),
     path("toys/replay-instead-of-422/", views.replay_instead_of_422),
     path("toys/runs-on-bad-key/", views.runs_on_bad_key),
     path("toys/stores-5xx/", views.stores_5xx),

@@ -154,6 +154,15 @@ def _drop_replay_header(request: HttpRequest, response: HttpResponse) -> HttpRes
 
 replay_without_header = _outside(_drop_replay_header)
 
+
+def _runs_marked_retries(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    if "Idempotency-Retry" in request.headers:
+        return create(request)  # a marked retry executed afresh (a broken early lookup)
+    return response
+
+
+runs_marked_retries = _outside(_runs_marked_retries)
+
 _first_answers: dict[str, bytes] = {}
 
 
