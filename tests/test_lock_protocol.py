@@ -144,15 +144,14 @@ def test_sigkilled_worker_leaves_nothing_and_the_retry_runs_at_once_and_once() -
         locked_by = advisory_holder(_target(key))
     finally:
         worker.kill()
-    killed = time.monotonic()
     wait_for(lambda: not backend_alive(pid), 10, "end of the killed worker's backend")
+    # Nothing is left to wait for: no entry (so no lease), and the advisory lock went
+    # with the backend. The retry then runs at once, whatever the machine's speed.
     assert not IdempotencyEntry.objects.filter(key=key).exists(), "a zombie claim was left"
+    assert not advisory_holder(_target(key)), "the killed worker's lock outlived its backend"
     assert charges(key) == 0
     retry = send(key, body | {"sleep": 0})
-    after = time.monotonic() - killed
-    print(f"\nretry answered {after:.3f} s after the SIGKILL (lease 60 s)")
     _original(retry)
-    assert after < 10, "the retry waited for something (a lease?)"
     _replay_of(send(key, body | {"sleep": 0}), retry)
     assert charges(key) == 1
     assert locked_by == pid, "the worker's claim was not its advisory lock"
