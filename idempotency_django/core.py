@@ -214,15 +214,12 @@ def _answer(
         policy.ttl,
         policy.idle,
     )
-    if _marked_retry(view.request, policy):
-        with store_errors():
-            answered = settled(target, policy.protocol, fingerprint.matches)
-        if answered is not None and answered.replay is not None:
-            seen.slot = answered
-            seen.replayed("database")
-            _cache_on_commit(context, policy, fingerprint.current, answered.replay, answered)
-            return _replay(context, answered.replay)
     seen.slot = Run(policy.protocol)
+    if _marked_retry(view.request, policy) and settled(target, fingerprint.matches, seen.slot):
+        assert seen.slot.replay is not None
+        seen.replayed("database")
+        _cache_on_commit(context, policy, fingerprint.current, seen.slot.replay, seen.slot)
+        return _replay(context, seen.slot.replay)
     try:
         with claimed(target, policy.protocol, policy.wait, fingerprint.matches, seen.slot) as slot:
             if slot.replay is None:

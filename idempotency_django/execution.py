@@ -228,21 +228,25 @@ def _claim_loop(attempt: _Attempt, own: bool) -> Iterator[Run]:
     yield run  # a replay: the claim's transaction (read only) has committed
 
 
-def settled(target: Target, protocol: str, matches: Matches) -> Run | None:
-    """The key's final answer, read in autocommit before any claim; ``None`` if it has none.
+def settled(target: Target, matches: Matches, run: Run) -> bool:
+    """Whether the key has a final answer, read in autocommit before any claim (now in
+    ``run.replay``); raises 422 for another payload.
 
     For a retry the client marked (``Idempotency-Retry``): one ``SELECT``, no
     transaction, no lock. A final answer never changes once committed, so
     reading it outside the claim is as safe as the replay cache's copy of it.
     Anything else (no entry, one in progress, one expired) is left to the
-    claim, which then decides as for any request. Raises 422 for another payload.
+    claim, which then decides as for any request. The read counts as claiming
+    time in ``run``; its database errors are translated as a claim's.
     """
-    found = read(target)
-    run = Run(protocol)
-    if found is None or found.dead or not _replayable(found, run, matches, target):
-        return None
-    run.running = True
-    return run
+    started = time.monotonic()
+    try:
+        found = read(target)
+        return found is not None and not found.dead and _replayable(found, run, matches, target)
+    except (OperationalError, InterfaceError) as exc:
+        raise translate(exc, claiming=True) from exc
+    finally:
+        run.claim_seconds += time.monotonic() - started
 
 
 class _Restart(Exception):

@@ -135,7 +135,7 @@ def test_holder_rolls_back_then_the_retry_runs_once(fails: dict[str, Any]) -> No
 # --- a worker killed mid-view ------------------------------------------------------------------
 
 
-def test_sigkilled_worker_leaves_nothing_and_the_retry_runs_at_once_and_once() -> None:
+def test_sigkilled_worker_leaves_nothing_to_wait_for_and_the_retry_runs_once() -> None:
     """Default lease (60 s): under "lock" nothing waits for it; the kill is a plain rollback."""
     key, body = new_key(), {"sleep": 60}
     worker = Worker(key, body, "lock")

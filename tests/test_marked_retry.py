@@ -18,12 +18,13 @@ from typing import Any
 import httpx
 import pytest
 import requests
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from requests.adapters import HTTPAdapter
 
+from idempotency_django import core
 from idempotency_django.client import IdempotentAdapter, IdempotentTransport, RetryPolicy
 from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
@@ -66,6 +67,38 @@ def test_a_marked_retry_of_a_final_answer_is_one_read_and_no_transaction(client:
     assert len(sent) == 1, sent
     assert sent[0].lstrip().upper().startswith("SELECT")
     assert IdempotencyEntry._meta.db_table in sent[0]
+
+
+def test_a_marked_retry_of_a_final_answer_claims_nothing(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = new_key()
+    first = post(client, "/charges/", key)
+
+    def no_claim(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a marked retry of a final answer claimed its key")
+
+    monkeypatch.setattr(core, "claimed", no_claim)
+    again = post(client, "/charges/", key, **MARKED)
+    assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
+    assert again.content == first.content
+
+
+def test_inside_a_callers_transaction_the_mark_is_left_to_the_claim(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = new_key()
+    first = post(client, "/charges/", key)
+
+    def no_lookup(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("looked up inside the caller's transaction")
+
+    monkeypatch.setattr(core, "settled", no_lookup)
+    with transaction.atomic():
+        again = post(client, "/charges/", key, **MARKED)
+    assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
+    assert again.content == first.content
+    assert charges(key) == 1
 
 
 @pytest.mark.requires_postgres

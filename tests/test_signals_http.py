@@ -205,8 +205,27 @@ def test_a_marked_retrys_replay_is_one_outcome_from_the_database(
     key = new_key()
     post(client, "/charges/", key)
     recorder.take("outcome")
+    assert post(client, "/charges/", key)["Idempotent-Replayed"] == "true"
+    unmarked = recorder.one_outcome()
     assert post(client, "/charges/", key, HTTP_IDEMPOTENCY_RETRY="1")["Idempotent-Replayed"]
-    expect(recorder.one_outcome(), outcome="replayed", status=201, source="database")
+    marked = recorder.one_outcome()
+    expect(marked, outcome="replayed", status=201, source="database")
+    assert marked["protocol"] == unmarked["protocol"] is not None
+    assert marked["claim_seconds"] > 0  # the lookup's time, as a claim's
+
+
+def test_a_marked_retrys_422_reports_its_protocol_as_an_unmarked_one(
+    client: Client, recorder: Recorder
+) -> None:
+    key = new_key()
+    post(client, "/charges/", key)
+    recorder.take("outcome")
+    for marked in ({}, {"HTTP_IDEMPOTENCY_RETRY": "1"}):
+        assert post(client, "/charges/", key, {"amount": 1}, **marked).status_code == 422
+        fields = recorder.one_outcome()
+        expect(fields, outcome="key_reused", status=422)
+        assert fields["protocol"] is not None
+        assert fields["claim_seconds"] is not None
 
 
 @override_settings(CACHES=LOCAL_CACHE, IDEMPOTENCY_CACHE="local")

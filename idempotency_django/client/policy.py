@@ -20,6 +20,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 HEADER = "Idempotency-Key"
+# Sent from a request's second attempt on: its number of earlier attempts.
+RETRY_HEADER = "Idempotency-Retry"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The answers the server stores nothing for (docs/http.rst): the key is free again, so
 # sending it again is safe and may succeed. Every other 4xx is final (or stored and
@@ -182,10 +184,6 @@ class Attempts:
 
     def _exhausted(self, status: int | None, reason: str, elapsed: float) -> RetriesExhausted:
         return RetriesExhausted(self.key, self.count, status, reason, elapsed)
-
-
-# Sent from a request's second attempt on: its number of earlier attempts.
-RETRY_HEADER = "Idempotency-Retry"
 
 
 def key_for(existing: str | None) -> str:
