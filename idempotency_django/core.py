@@ -240,8 +240,14 @@ RETRY_META = "HTTP_IDEMPOTENCY_RETRY"
 
 
 def _marked_retry(request: HttpRequest, policy: Policy) -> bool:
-    """A marked retry, in autocommit (a caller's transaction is left to the claim)."""
-    return RETRY_META in request.META and not connections[policy.database].in_atomic_block
+    """A marked retry whose lookup saves a round trip: under "lock", whose claim opens
+    the view's transaction, and in autocommit (a caller's transaction is the claim's).
+    A "lease" claim reads in autocommit itself: a lookup first would only add one."""
+    return (
+        RETRY_META in request.META
+        and policy.protocol == "lock"
+        and not connections[policy.database].in_atomic_block
+    )
 
 
 def _execute(policy: Policy, slot: Run, view: _View) -> HttpResponse:

@@ -1,11 +1,14 @@
 """A retry the client marks (``Idempotency-Retry``) is answered by one read in autocommit.
 
-Unmarked requests claim first, as always: most keys are never retried, so a
-lookup before every claim would cost each first execution a round trip. A
-client that knows it is retrying (``idempotency_django.client`` does) says so,
-and a final answer then comes back from one ``SELECT``, with no transaction
-around it. Anything else the read finds (no entry, one in progress, one
-expired) goes on to the claim, which decides as it does for any request.
+Under "lock" (PostgreSQL's default) a claim opens the view's transaction, so an
+unmarked replay costs two round trips. Unmarked requests claim first all the
+same: most keys are never retried, so a lookup before every claim would cost
+each first execution a round trip. A client that knows it is retrying
+(``idempotency_django.client`` does) says so, and a final answer then comes back
+from one ``SELECT``, with no transaction around it. Anything else the read finds
+(no entry, one in progress, one expired) goes on to the claim, which decides as
+it does for any request. Under "lease" the claim itself reads in autocommit
+first: the mark is left alone there.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def _entries_sql(context: CaptureQueriesContext) -> list[str]:
     return [query["sql"] for query in context.captured_queries]
 
 
+@pytest.mark.requires_postgres
 def test_a_marked_retry_of_a_final_answer_is_one_read_and_no_transaction(client: Client) -> None:
     key = new_key()
     first = post(client, "/charges/", key)
@@ -69,6 +73,7 @@ def test_a_marked_retry_of_a_final_answer_is_one_read_and_no_transaction(client:
     assert IdempotencyEntry._meta.db_table in sent[0]
 
 
+@pytest.mark.requires_postgres
 def test_a_marked_retry_of_a_final_answer_claims_nothing(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +89,7 @@ def test_a_marked_retry_of_a_final_answer_claims_nothing(
     assert again.content == first.content
 
 
+@pytest.mark.requires_postgres
 def test_inside_a_callers_transaction_the_mark_is_left_to_the_claim(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,6 +105,26 @@ def test_inside_a_callers_transaction_the_mark_is_left_to_the_claim(
     assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
     assert again.content == first.content
     assert charges(key) == 1
+
+
+def test_under_the_lease_protocol_the_mark_adds_no_lookup(
+    client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.IDEMPOTENCY_PROTOCOL = "lease"  # its claim reads in autocommit first anyway
+    key = new_key()
+    first = post(client, "/charges/", key)
+
+    def no_lookup(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a lookup before a lease claim: one statement for nothing")
+
+    monkeypatch.setattr(core, "settled", no_lookup)
+    for extra in (MARKED, {}):
+        again = post(client, "/charges/", key, **extra)
+        assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
+        assert again.content == first.content
+    fresh = new_key()
+    assert "Idempotent-Replayed" not in post(client, "/charges/", fresh, **MARKED)
+    assert charges(key) == charges(fresh) == 1
 
 
 @pytest.mark.requires_postgres
@@ -123,6 +149,7 @@ def test_a_marked_first_attempt_reads_then_runs_once(client: Client) -> None:
     assert charges(key) == 1
 
 
+@pytest.mark.requires_postgres
 def test_a_marked_retry_with_another_payload_is_422_and_runs_nothing(client: Client) -> None:
     key = new_key()
     assert post(client, "/charges/", key, {"amount": 100}).status_code == 201
