@@ -150,12 +150,15 @@ def test_the_async_transport_shares_the_rules() -> None:
     assert len(clock.sleeps) == 2
 
 
-def _stub_send(monkeypatch: pytest.MonkeyPatch, *outcomes: int | Exception) -> list[str]:
+def _stub_send(
+    monkeypatch: pytest.MonkeyPatch, *outcomes: int | Exception, header: str = "Idempotency-Key"
+) -> list[str]:
+    """Stub the network; the ``header`` each attempt carried (``"None"`` when absent)."""
     keys: list[str] = []
     pending = list(outcomes)
 
     def send(self: HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> Any:
-        keys.append(str(request.headers.get("Idempotency-Key")))
+        keys.append(str(request.headers.get(header)))
         outcome = pending.pop(0) if pending else 200
         if isinstance(outcome, Exception):
             raise outcome
@@ -264,3 +267,15 @@ def test_a_client_without_its_library_says_what_to_install(
     assert done.stdout.strip() == (
         f"{module} needs {missing}, which is not installed: pip install 'idempotency-django[{extra}]'"
     )
+
+
+def test_requests_marks_its_retries_and_not_its_first_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marks = _stub_send(
+        monkeypatch, requests.ConnectionError("reset"), 503, 201, header="Idempotency-Retry"
+    )
+    with requests.Session() as session:
+        session.mount("http://", IdempotentAdapter(policy=Clock().policy()))
+        assert session.post("http://test/charges/", data=b"{}").status_code == 201
+    assert marks == ["None", "1", "2"]

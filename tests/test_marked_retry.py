@@ -13,22 +13,19 @@ first: the mark is left alone there.
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-import requests
 from django.db import connection, transaction
 from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from requests.adapters import HTTPAdapter
 
 from idempotency_django import core
-from idempotency_django.client import IdempotentAdapter, IdempotentTransport, RetryPolicy
+from idempotency_django.client import IdempotentTransport, RetryPolicy
 from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.secret import server_secret
@@ -205,24 +202,3 @@ def test_the_client_marks_its_retries_and_not_its_first_attempt() -> None:
         assert http.post("http://test/charges/", content=b"{}").status_code == 201
     assert [headers.get("idempotency-retry") for headers in sent] == [None, "1", "2"]
     assert len({headers["idempotency-key"] for headers in sent}) == 1
-
-
-def test_the_requests_adapter_marks_its_retries_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    marks: list[str | bytes | None] = []
-    outcomes: list[int | Exception] = [requests.ConnectionError("reset"), 503, 201]
-
-    def send(self: HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> Any:
-        marks.append(request.headers.get("Idempotency-Retry"))
-        outcome = outcomes.pop(0)
-        if isinstance(outcome, Exception):
-            raise outcome
-        response = requests.Response()
-        response.status_code, response.request = outcome, request
-        response.raw = io.BytesIO(b"")
-        return response
-
-    monkeypatch.setattr(HTTPAdapter, "send", send)
-    with requests.Session() as session:
-        session.mount("http://", IdempotentAdapter(policy=RetryPolicy(sleep=lambda s: None)))
-        assert session.post("http://test/charges/", data=b"{}").status_code == 201
-    assert marks == [None, "1", "2"]
