@@ -49,6 +49,15 @@ def _fingerprint(body: Any = None) -> str:
     return keyed(request_fingerprint(request)).current
 
 
+def _forbid(monkeypatch: pytest.MonkeyPatch, name: str, why: str) -> None:
+    """Make ``core.<name>`` fail the request (and so the test) if it is called."""
+
+    def forbidden(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(why)
+
+    monkeypatch.setattr(core, name, forbidden)
+
+
 def _entries_sql(context: CaptureQueriesContext) -> list[str]:
     return [query["sql"] for query in context.captured_queries]
 
@@ -77,10 +86,7 @@ def test_a_marked_retry_of_a_final_answer_claims_nothing(
     key = new_key()
     first = post(client, "/charges/", key)
 
-    def no_claim(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a marked retry of a final answer claimed its key")
-
-    monkeypatch.setattr(core, "claimed", no_claim)
+    _forbid(monkeypatch, "claimed", "a marked retry of a final answer claimed its key")
     again = post(client, "/charges/", key, **MARKED)
     assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
     assert again.content == first.content
@@ -93,10 +99,7 @@ def test_inside_a_callers_transaction_the_mark_is_left_to_the_claim(
     key = new_key()
     first = post(client, "/charges/", key)
 
-    def no_lookup(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("looked up inside the caller's transaction")
-
-    monkeypatch.setattr(core, "settled", no_lookup)
+    _forbid(monkeypatch, "settled", "looked up inside the caller's transaction")
     with transaction.atomic():
         again = post(client, "/charges/", key, **MARKED)
     assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
@@ -111,10 +114,7 @@ def test_under_the_lease_protocol_the_mark_adds_no_lookup(
     key = new_key()
     first = post(client, "/charges/", key)
 
-    def no_lookup(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a lookup before a lease claim: one statement for nothing")
-
-    monkeypatch.setattr(core, "settled", no_lookup)
+    _forbid(monkeypatch, "settled", "a lookup before a lease claim: one statement for nothing")
     for extra in (MARKED, {}):
         again = post(client, "/charges/", key, **extra)
         assert (again.status_code, again["Idempotent-Replayed"]) == (201, "true")
