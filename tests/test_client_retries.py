@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import subprocess
 import sys
 import uuid
@@ -17,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 import requests
+from hypothesis import given
+from hypothesis import strategies as st
 from requests.adapters import HTTPAdapter
 
 from idempotency_django import client
@@ -29,6 +32,7 @@ from idempotency_django.client import (
     uuid7,
 )
 from idempotency_django.client.policy import retry_after_seconds, retryable_status
+from idempotency_django.exceptions import PROBLEM_BASE
 
 
 class Clock:
@@ -279,3 +283,184 @@ def test_requests_marks_its_retries_and_not_its_first_attempt(
         session.mount("http://", IdempotentAdapter(policy=Clock().policy()))
         assert session.post("http://test/charges/", data=b"{}").status_code == 201
     assert marks == ["None", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "²",
+        "\u0661\u0662",  # Arabic-Indic digits: float() takes them, RFC 9110 does not
+        "1.5",
+        "-1",
+        "+3",
+        "0x10",
+        "1 2",
+        "3s",
+        "",
+        " ",
+        "\x00",
+        "Thu, 99 Jan 2026 12:00:30 GMT",
+    ],
+)
+def test_a_retry_after_that_is_neither_delta_seconds_nor_an_http_date_is_ignored(
+    value: str,
+) -> None:
+    assert retry_after_seconds(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("7", 7),
+        (" 7\t", 7),  # optional whitespace around a field value (RFC 9110 §5.5)
+        ("007", 7),
+        ("Thu, 01 Jan 2026 12:00:30 GMT", 30),  # IMF-fixdate
+        ("Thursday, 01-Jan-26 12:00:30 GMT", 30),  # obsolete RFC 850
+        ("Thu Jan  1 12:00:30 2026", 30),  # obsolete asctime()
+    ],
+)
+def test_retry_after_is_read_as_rfc_9110_says(value: str, seconds: float) -> None:
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds(value, lambda: now) == seconds
+
+
+@given(st.text())
+def test_no_retry_after_value_raises(value: str) -> None:
+    seconds = retry_after_seconds(value)
+    assert seconds is None or seconds >= 0
+
+
+def test_a_retry_after_of_unicode_digits_is_backed_off_not_raised() -> None:
+    clock = Clock()
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(503, headers=[(b"Retry-After", "²".encode())])
+
+    policy = clock.policy(max_attempts=3, backoff=1, random=lambda: 1.0)
+    with (
+        httpx.Client(
+            transport=IdempotentTransport(httpx.MockTransport(handler), policy=policy)
+        ) as http,
+        pytest.raises(RetriesExhausted) as raised,
+    ):
+        http.post("http://test/x", headers={"Idempotency-Key": "k-2"})
+    assert (raised.value.key, len(calls), clock.sleeps) == ("k-2", 3, [1, 2])
+
+
+@pytest.mark.parametrize("code", ["answer-too-large", "answer-unreadable"])
+def test_a_problem_whose_type_says_it_is_final_is_not_retried(code: str) -> None:
+    clock = Clock()
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return final_problem(code)
+
+    transport = IdempotentTransport(httpx.MockTransport(handler), policy=clock.policy())
+    with httpx.Client(transport=transport) as http:
+        got = http.post("http://test/x", content=b"{}")
+    assert (got.status_code, len(calls), clock.sleeps) == (500, 1, [])
+    assert got.json()["type"].endswith(f"#{code}")
+    assert got.extensions["idempotency_attempts"] == 1
+
+
+def test_the_async_transport_and_requests_do_not_retry_a_final_problem_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append("httpx")
+        return final_problem("answer-too-large")
+
+    async def run() -> httpx.Response:
+        mock = httpx.MockTransport(handler)
+        transport = AsyncIdempotentTransport(mock, policy=Clock().policy())
+        async with httpx.AsyncClient(transport=transport) as http:
+            return await http.post("http://test/", content=b"x")
+
+    assert asyncio.run(run()).status_code == 500
+
+    def send(self: HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> Any:
+        calls.append("requests")
+        response = requests.Response()
+        problem = final_problem("answer-unreadable")
+        response.status_code, response.request = 500, request
+        response.headers.update(problem.headers)
+        response.raw = io.BytesIO(problem.content)
+        return response
+
+    monkeypatch.setattr(HTTPAdapter, "send", send)
+    with requests.Session() as session:
+        session.mount("http://", IdempotentAdapter(policy=Clock().policy()))
+        got = session.post("http://test/x", data=b"{}")
+    assert (got.status_code, got.json()["status"]) == (500, 500)
+    assert calls == ["httpx", "requests"]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/problem+json", {"type": "about:blank", "status": 500}),
+        ("application/problem+json", {"type": "https://example.com/answer-too-large"}),
+        ("application/json", {"type": PROBLEM_BASE + "answer-too-large"}),
+        ("application/problem+json", ["not", "an", "object"]),
+        ("application/problem+json", None),  # unparsable
+    ],
+)
+def test_any_other_5xx_is_still_retried(content_type: str, body: object) -> None:
+    clock = Clock()
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) > 1:
+            return httpx.Response(201)
+        content = b"{not json" if body is None else json.dumps(body).encode()
+        return httpx.Response(500, headers={"Content-Type": content_type}, content=content)
+
+    transport = IdempotentTransport(httpx.MockTransport(handler), policy=clock.policy())
+    with httpx.Client(transport=transport) as http:
+        assert http.post("http://test/x").status_code == 201
+    assert len(calls) == 2
+
+
+def test_a_policy_may_name_more_final_problems() -> None:
+    mine = "https://api.example.com/problems/card-declined-upstream"
+    policy = Clock().policy(final_problems=RetryPolicy().final_problems | {mine})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            502, headers={"Content-Type": "application/problem+json"}, json={"type": mine}
+        )
+
+    transport = IdempotentTransport(httpx.MockTransport(handler), policy=policy)
+    with httpx.Client(transport=transport) as http:
+        assert http.post("http://test/x").extensions["idempotency_attempts"] == 1
+
+
+def final_problem(code: str) -> httpx.Response:
+    """The server's own answer for ``code`` (responses.problem_response's shape)."""
+    body = {"type": PROBLEM_BASE + code, "title": "t", "status": 500, "detail": "d"}
+    headers = {"Content-Type": "application/problem+json"}
+    return httpx.Response(500, headers=headers, content=json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(
+    "outcome", [httpx.ConnectError("refused"), 503], ids=["no answer", "an answer"]
+)
+def test_the_given_up_message_says_no_attempts_left_once(outcome: int | Exception) -> None:
+    _, mock = scripted(*[outcome] * 2)
+    with (
+        httpx.Client(
+            transport=IdempotentTransport(mock, policy=Clock().policy(max_attempts=2))
+        ) as http,
+        pytest.raises(RetriesExhausted) as raised,
+    ):
+        http.post("http://test/x", headers={"Idempotency-Key": "k-3"})
+    message = str(raised.value)
+    assert message.count("no attempts left") == 1, message
+    assert message.count("503") == (1 if outcome == 503 else 0), message
+    assert "'k-3'" in message

@@ -9,7 +9,7 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "httpx")
 
-from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, retryable_status
+from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, needs_body
 
 # No answer came: the request may or may not have reached the server and committed, which
 # is exactly the case the key makes safe to send again.
@@ -20,6 +20,15 @@ def _prepare(request: httpx.Request, policy: RetryPolicy) -> Attempts:
     key = key_for(request.headers.get(policy.header))
     request.headers[policy.header] = key
     return Attempts(policy, key)
+
+
+def _content_type(response: httpx.Response) -> str | None:
+    value: str | None = response.headers.get("Content-Type")
+    return value
+
+
+def _needs_body(response: httpx.Response) -> bool:
+    return needs_body(response.status_code, _content_type(response))
 
 
 def _final(response: httpx.Response, attempts: Attempts) -> httpx.Response:
@@ -58,7 +67,8 @@ class IdempotentTransport(httpx.BaseTransport):
             except RETRYABLE_ERRORS as error:
                 self.policy.sleep(attempts.after_error(error))
                 continue
-            if not retryable_status(response.status_code):
+            body = response.read() if _needs_body(response) else None
+            if self.policy.is_final(response.status_code, _content_type(response), body):
                 return _final(response, attempts)
             response.close()
             self.policy.sleep(
@@ -93,7 +103,8 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
             except RETRYABLE_ERRORS as error:
                 await self.policy.async_sleep(attempts.after_error(error))
                 continue
-            if not retryable_status(response.status_code):
+            body = await response.aread() if _needs_body(response) else None
+            if self.policy.is_final(response.status_code, _content_type(response), body):
                 return _final(response, attempts)
             await response.aclose()
             await self.policy.async_sleep(

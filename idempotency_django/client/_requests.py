@@ -13,7 +13,7 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
     raise_missing_extra(error, __name__, "requests")
 from requests.adapters import HTTPAdapter
 
-from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, retryable_status
+from idempotency_django.client.policy import Attempts, RetryPolicy, key_for, needs_body
 
 # No answer came (refused, reset, timed out). An SSLError is a configuration problem: no retry.
 RETRYABLE_ERRORS = (requests.ConnectionError, requests.Timeout)
@@ -53,7 +53,10 @@ class IdempotentAdapter(HTTPAdapter):
                     raise
                 self.policy.sleep(attempts.after_error(error))
                 continue
-            if once or not retryable_status(response.status_code):
+            content_type = response.headers.get("Content-Type")
+            # .content reads the body once and keeps it for the caller.
+            body = response.content if needs_body(response.status_code, content_type) else None
+            if once or self.policy.is_final(response.status_code, content_type, body):
                 return response
             response.close()
             self.policy.sleep(

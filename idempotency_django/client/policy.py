@@ -9,8 +9,10 @@ the budgets bound the waiting) are written once for httpx and requests alike.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+
+from idempotency_django.exceptions import PROBLEM_BASE, AnswerTooLarge, AnswerUnreadable
 
 HEADER = "Idempotency-Key"
 # Sent from a request's second attempt on: its number of earlier attempts.
@@ -27,6 +31,13 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # sending it again is safe and may succeed. Every other 4xx is final (or stored and
 # replayed): sending it again can't change it, so it goes back to the caller at once.
 TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+PROBLEM_JSON = "application/problem+json"
+# 5xx answers the server gives again to every retry (docs/http.rst): the answer is too big to
+# store (each retry would run the view again for nothing) or the stored one does not open.
+FINAL_PROBLEMS = frozenset(PROBLEM_BASE + e.code for e in (AnswerTooLarge, AnswerUnreadable))
+# delay-seconds is 1*DIGIT, ASCII digits only (RFC 9110 §10.2.3, §5.6.1): str.isdigit()
+# also takes a superscript "²", which float() then refuses with a ValueError.
+_DELAY_SECONDS = re.compile(r"[0-9]+")
 
 
 def uuid7() -> uuid.UUID:
@@ -60,9 +71,9 @@ class RetriesExhausted(Exception):
     ) -> None:
         self.key, self.attempts, self.status = key, attempts, status
         self.reason, self.elapsed = reason, elapsed
-        last = f"HTTP {status}" if status is not None else reason
+        # ``reason`` already names the last outcome (a status or an error) and why it stopped.
         super().__init__(
-            f"gave up after {attempts} attempt(s) in {elapsed:.1f}s ({reason}); last: {last}; "
+            f"gave up after {attempts} attempt(s) in {elapsed:.1f}s ({reason}); "
             f"Idempotency-Key {key!r}: retry with it, or look it up, to learn what happened."
         )
 
@@ -83,6 +94,9 @@ class RetryPolicy:
       each wait is drawn uniformly from [0, step] ("full jitter"), so clients that
       failed together don't retry together.
     - ``max_retry_after``: the most a server's ``Retry-After`` makes the client wait.
+    - ``final_problems``: problem ``type`` URIs (RFC 9457) that make a 5xx (or a
+      transient 4xx) final: returned at once, never retried. By default the server's
+      ``answer-too-large`` and ``answer-unreadable``, which every retry would get again.
     """
 
     max_attempts: int = 5
@@ -90,6 +104,7 @@ class RetryPolicy:
     backoff: float = 0.25
     max_backoff: float = 8.0
     max_retry_after: float = 30.0
+    final_problems: frozenset[str] = FINAL_PROBLEMS
     header: str = HEADER
     methods: frozenset[str] = UNSAFE_METHODS
     sleep: Callable[[float], None] = time.sleep
@@ -110,24 +125,58 @@ class RetryPolicy:
     def applies(self, method: str) -> bool:
         return method.upper() in self.methods
 
+    def is_final(self, status: int, content_type: str | None, body: bytes | None) -> bool:
+        """Whether an answer goes back to the caller as it is (no other attempt).
+
+        ``body`` is read only where it can matter (:func:`needs_body`); ``None`` otherwise.
+        """
+        if not retryable_status(status):
+            return True
+        return (
+            body is not None
+            and is_problem(content_type)
+            and (problem_type(body) in self.final_problems)
+        )
+
 
 def retryable_status(status: int) -> bool:
     """5xx, and the transient 4xx the server stores nothing for (409 in flight, 429, …)."""
     return status >= 500 or status in TRANSIENT_4XX
 
 
+def is_problem(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` is RFC 9457's ``application/problem+json``."""
+    return (content_type or "").partition(";")[0].strip().lower() == PROBLEM_JSON
+
+
+def needs_body(status: int, content_type: str | None) -> bool:
+    """Whether :meth:`RetryPolicy.is_final` needs the body: a retryable problem's type."""
+    return retryable_status(status) and is_problem(content_type)
+
+
+def problem_type(body: bytes) -> str | None:
+    """A problem+json body's ``type``; ``None`` when there is none or it doesn't parse."""
+    try:
+        problem = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    kind = problem.get("type") if isinstance(problem, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def retry_after_seconds(
     value: str | None, now: Callable[[], datetime] | None = None
 ) -> float | None:
-    """``Retry-After`` as seconds (delta-seconds or an HTTP-date); ``None`` if absent or bad."""
+    """``Retry-After`` as seconds: delay-seconds (ASCII digits) or an HTTP-date (RFC 9110
+    §10.2.3); ``None`` if absent or anything else, which the caller ignores."""
     if not value:
         return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
+    value = value.strip(" \t")  # optional whitespace around a field value (§5.5)
+    if _DELAY_SECONDS.fullmatch(value):
+        return float(value)  # a huge one is inf, which max_retry_after bounds
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
@@ -192,15 +241,20 @@ def key_for(existing: str | None) -> str:
 
 
 __all__ = [
+    "FINAL_PROBLEMS",
     "HEADER",
+    "PROBLEM_JSON",
     "RETRY_HEADER",
     "TRANSIENT_4XX",
     "UNSAFE_METHODS",
     "Attempts",
     "RetriesExhausted",
     "RetryPolicy",
+    "is_problem",
     "key_for",
+    "needs_body",
     "new_key",
+    "problem_type",
     "retry_after_seconds",
     "retryable_status",
     "uuid7",
