@@ -46,30 +46,28 @@ SERVICES ?= required
 services:
 	SERVICES=$(SERVICES) bash tests/services/up.sh
 
-# Every tier runs, whichever failed before it; then the coverage report of them all, and
-# the run fails naming each tier that failed.
-TIERS := test-sqlite test-postgres test-mariadb test-multidb test-poolers
-
+# Every tier runs, whichever failed before it, in two lanes side by side (tests/tiers.sh):
+# PostgreSQL's pass beside the rest, each lane with databases of its own; then each tier's
+# time, the coverage report of them all, and the run fails naming each tier that failed.
 test: services install
-	$(PY) -m coverage erase
-	@failed=""; for tier in $(TIERS); do $(MAKE) $$tier SERVICES=$(SERVICES) || failed="$$failed $$tier"; done; \
-	$(PY) -m coverage combine -q; $(PY) -m coverage report; covered=$$?; \
-	if [ -n "$$failed" ]; then echo "make test: these tiers failed:$$failed" >&2; exit 1; fi; \
-	if [ $$covered -ne 0 ]; then echo "make test: the coverage report failed (under its gate, pyproject.toml fail_under, or no data)" >&2; fi; \
-	exit $$covered
+	MAKE="$(MAKE)" SERVICES=$(SERVICES) PY=$(PY) bash tests/tiers.sh
 
 # The quick local run: SQLite only, no service needed (tests needing one skip, saying
 # why), unless SERVICES is given on the command line, as `make test` does.
 test-sqlite: install
 	IDEMPOTENCY_TEST_SERVICES=$(if $(filter command line,$(origin SERVICES)),$(SERVICES),optional) $(PY) -m coverage run -p -m pytest
 
+# The server passes run only the tests a database concerns (IDEMPOTENCY_TEST_DATABASE_ONLY):
+# the rest ran in test-sqlite (docs/contributing.rst, "What runs where").
+ONLY_DB := IDEMPOTENCY_TEST_DATABASE_ONLY=1
+
 test-postgres: install
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_CLAIM=inserting $(PY) -m coverage run -p -m pytest tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
+	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
+	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_CLAIM=inserting $(PY) -m coverage run -p -m pytest tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
 
 # The suite on MariaDB (or MySQL 8): "lease" only, the races and crash tests included.
 test-mariadb: install
-	DATABASE_URL=$(MARIADB_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
+	$(ONLY_DB) DATABASE_URL=$(MARIADB_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
 
 lint: install
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy idempotency_django tests sample_project bench
@@ -107,11 +105,12 @@ tox: install
 	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel
 
 # CI's share of the matrix: its oldest and newest corners on PostgreSQL, from the built wheel,
-# in process (the system tier's real servers, workers and brokers run once, in `make test`).
+# in process, the tests marked `versions` only: what a Python or Django version can change
+# (imports, the adapters, a smoke of each protocol); the rest runs once, in `make test`.
 TOX_CORNERS := py311-dj52-postgres,py313-dj61-postgres
 
 tox-corners: install
-	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS) -- -m "not packaging and not system"
+	PATH="$(PYENV_BINS)$$PATH" $(VENV)/bin/tox run-parallel -e $(TOX_CORNERS) -- -m "versions and not packaging and not system"
 
 # Past one database (docs/contributing.rst): shards and a replica (SQLite, PostgreSQL, then
 # MariaDB without the matrix, which has no MariaDB chooser combination), then the race,
@@ -119,8 +118,8 @@ tox-corners: install
 .PHONY: test-multidb test-poolers conformance-full
 test-multidb: install
 	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
-	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
-	DATABASE_URL=$(MARIADB_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
+	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
+	$(ONLY_DB) DATABASE_URL=$(MARIADB_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb
 
 # The conformance matrix's combinations each run in the tier that provides them (test-sqlite,
 # test-postgres and test-mariadb collect it with the rest of tests/).

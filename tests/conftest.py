@@ -4,6 +4,13 @@ A test that needs a service the machine lacks is skipped with the reason, except
 when services are required (``CI=true``, or ``IDEMPOTENCY_TEST_SERVICES=required``
 as ``make test`` sets it), where it fails: a full run must prove the guarantees,
 not skip them. The services and variables: docs/contributing.rst.
+
+A test runs where it proves something: one that needs no database (no ``django_db``
+mark, no database fixture) runs once, in the SQLite pass; the server passes
+(``IDEMPOTENCY_TEST_DATABASE_ONLY=1``) deselect it. One whose outcome depends on the
+configured database without touching it says so with ``every_database``. pytest-django
+refuses a query from a test without its mark, and the vendor fixtures below refuse such
+a test too: neither can silently run in one pass only.
 """
 
 from __future__ import annotations
@@ -77,6 +84,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "system: starts real servers (gunicorn, Celery workers)",
         "pooler(name): runs only in that pass of the pooler tier (tests/pooled: pgbouncer, psycopg)",
         "packaging: builds the wheel and sdist, installs them in new virtualenvs (needs PyPI)",
+        "versions: runs in the tox corners (make tox-corners): imports, an adapter, a smoke of "
+        "each protocol, what a Python or Django version can change",
+        "every_database: needs no database fixture, but its outcome depends on the configured "
+        "database: it runs in every database's pass",
     ):
         config.addinivalue_line("markers", marker)
 
@@ -91,10 +102,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     vendor = database_vendor()
     wrong = {marker for marker, vendors in _FOR_VENDORS.items() if vendor not in vendors}
     keep = [item for item in items if not wrong.intersection(item.keywords)]
-    deselected = [item for item in items if wrong.intersection(item.keywords)]
+    if DATABASE_ONLY:
+        keep = [item for item in keep if concerns_a_database(item)]
+    deselected = [item for item in items if item not in keep]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = keep
+
+
+DATABASE_ONLY = os.environ.get("IDEMPOTENCY_TEST_DATABASE_ONLY") == "1"
+_DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+_DATABASE_MARKS = (
+    "django_db",
+    "every_database",
+    "system",
+    "pooler",
+    "requires_postgres",
+    "requires_mysql",
+    "requires_server",
+)
+
+
+def concerns_a_database(item: pytest.Item) -> bool:
+    """Whether the configured database can change ``item``'s outcome (see the module doc)."""
+    if any(item.get_closest_marker(mark) for mark in _DATABASE_MARKS):
+        return True
+    return bool(_DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
 _FOR_VENDORS = {
@@ -154,14 +189,24 @@ def redis_url() -> str:
     return url
 
 
-@pytest.fixture
-def is_postgres() -> bool:
-    return connection.vendor == "postgresql"
+def _vendor_for(request: pytest.FixtureRequest) -> str:
+    """The vendor, for a test that runs in each database's pass (else it would run in one)."""
+    if not concerns_a_database(request.node):
+        pytest.fail(
+            f"{request.node.nodeid} asks which database runs it, but has no django_db or "
+            "every_database mark: the server passes would never run it"
+        )
+    return connection.vendor
 
 
 @pytest.fixture
-def is_mysql() -> bool:
-    return connection.vendor == "mysql"
+def is_postgres(request: pytest.FixtureRequest) -> bool:
+    return _vendor_for(request) == "postgresql"
+
+
+@pytest.fixture
+def is_mysql(request: pytest.FixtureRequest) -> bool:
+    return _vendor_for(request) == "mysql"
 
 
 def close_connections_after(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,6 +16,8 @@ from idempotency_django.exceptions import KeyReused, RequestInProgress
 from tests.helpers import charges
 from tests.testapp.models import Charge
 
+pytestmark = pytest.mark.versions
+
 app = Celery("idempotency_django_unit", set_as_current=False)
 app.conf.task_always_eager = False
 runs: list[str] = []

@@ -28,7 +28,11 @@ from tests import gates
 from tests.helpers import charges, new_key, post, race
 from tests.lock_helpers import query, wait_for, writer_of_charges
 
-pytestmark = [pytest.mark.requires_server, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.versions,
+    pytest.mark.requires_server,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture(

@@ -61,5 +61,6 @@ def test_e085_fails_manage_py_check(monkeypatch: pytest.MonkeyPatch) -> None:
         call_command("check")
 
 
+@pytest.mark.every_database
 def test_the_project_under_test_passes_e085() -> None:
     call_command("check")

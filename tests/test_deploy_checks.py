@@ -100,6 +100,7 @@ def test_w084_entries_on_sqlite() -> None:
     assert deploy_checks.check_entries_on_sqlite("default", "postgresql") == []
 
 
+@pytest.mark.every_database
 def test_the_deploy_checks_read_the_entries_database() -> None:
     vendor = connections["default"].vendor
     found = deploy_ids(IDEMPOTENCY_IDLE_TIMEOUT=None)

@@ -17,7 +17,7 @@ from tests import dj_tasks
 from tests.dj_tasks import TaskContext
 from tests.testapp.models import Charge
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 
 
 def charges(reference: str) -> int:

@@ -25,7 +25,7 @@ from idempotency_django.models import IdempotencyEntry
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post, problem, stored_answer, unreachable_database
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 Status = IdempotencyEntry.Status
 
 

@@ -15,6 +15,8 @@ import pytest
 
 import idempotency_django
 
+pytestmark = pytest.mark.versions
+
 PACKAGE = "idempotency_django"
 ROOT = Path(idempotency_django.__file__).parent
 # The lowest rooms, and the only rooms of the package each may import.

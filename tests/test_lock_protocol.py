@@ -40,7 +40,11 @@ from tests.lock_helpers import (
 )
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.versions,
+    pytest.mark.requires_postgres,
+    pytest.mark.django_db(transaction=True),
+]
 
 AT_ONCE = 0.5  # s: the bound on "at once"; the holders below keep their key 2 s or more
 BOTH = pytest.mark.parametrize("protocol", ["lock", "lease"])

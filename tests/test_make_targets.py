@@ -31,7 +31,8 @@ if [ "$1 $2" = "-m venv" ]; then
   if [ "$3" = "--clear" ]; then rm -rf "$dir"; fi
   mkdir -p "$dir/bin" && cp "{new_python}" "$dir/bin/python" && chmod +x "$dir/bin/python"
 fi
-if [ "$1 $2 $3" = "-m coverage run" ] && [ "$DATABASE_URL" = "{failing}" ]; then exit 1; fi
+# (Lane B's PostgreSQL database is PG_URL's name with "_b": a prefix fails as well.)
+if [ "$1 $2 $3" = "-m coverage run" ]; then case "$DATABASE_URL" in {failing}*) exit 1;; esac; fi
 exit 0
 """
 
@@ -58,6 +59,7 @@ def project(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for name in ("up.sh", "pgbouncer.sh"):
         _script(tmp_path / "tests" / "services" / name, "#!/bin/sh\nexit 0\n")
+    shutil.copy(ROOT / "tests" / "tiers.sh", tmp_path / "tests" / "tiers.sh")
     log = tmp_path / "calls.log"
     _python(tmp_path / "python3.11", log, "3.11")
     _python(tmp_path / ".venv" / "bin" / "python", log, "3.11")
@@ -95,6 +97,13 @@ def test_make_test_runs_every_tier_after_failures_and_names_each_failed_tier(
         result.stderr
     )
     ran = [line for line in calls(project) if "coverage run" in line]
+    # Each tier's time, with its lane: PostgreSQL's pass in lane A, the others in lane B.
+    times = {
+        line.split()[0]: line.split()[1]
+        for line in result.stdout.splitlines()
+        if line.startswith("test-")
+    }
+    assert times == {tier: "A" if tier == "test-postgres" else "B" for tier in TIERS}
     # Every tier ran: SQLite's, the (failing) PostgreSQL's first step, MariaDB's, both
     # multi-database steps (SQLite's passes, PostgreSQL's fails), the (failing) PgBouncer pass.
     assert len(ran) == 6, ran

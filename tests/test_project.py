@@ -22,6 +22,8 @@ from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import require_plain
 from tests.helpers import charges, new_key, post
 
+pytestmark = pytest.mark.versions
+
 
 @pytest.mark.django_db
 def test_no_migration_is_missing() -> None:

@@ -20,6 +20,7 @@ def test_redis_url_fixture_gives_the_configured_url(redis_url: str) -> None:
     assert redis_url == settings.REDIS_URL
 
 
+@pytest.mark.every_database
 def test_is_postgres_fixture_matches_the_connection(is_postgres: bool) -> None:
     assert is_postgres is settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 

@@ -88,7 +88,13 @@ class LeftAtRepeatableRead(threading.Thread):
 
 
 def queued_on_advisory_lock() -> bool:
-    return bool(query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))
+    # This database's waiters only: make test's other lane has its own on this server.
+    return bool(
+        query(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+    )
 
 
 @pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "client-side"])
