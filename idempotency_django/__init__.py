@@ -9,6 +9,7 @@ __all__ = [
     "IdempotencyContext",
     "IdempotentRequest",
     "__version__",
+    "idempotency_exempt",
     "idempotency_of",
     "idempotent",
     "idempotent_call",
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from idempotency_django.calls import idempotent_call, idempotent_function
     from idempotency_django.core import IdempotencyContext, IdempotentRequest
     from idempotency_django.decorators import idempotent
+    from idempotency_django.middleware import idempotency_exempt
 
     __version__: str
 
@@ -30,6 +32,7 @@ _LAZY = {
     "IdempotencyContext": "idempotency_django.core",
     "IdempotentRequest": "idempotency_django.core",
     "idempotency_of": "idempotency_django.access",
+    "idempotency_exempt": "idempotency_django.middleware",
 }
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -18,8 +22,11 @@ from django.utils.translation import ngettext
 
 from idempotency_django import lookup, purge
 from idempotency_django.databases import possible_aliases
+from idempotency_django.decorators import handle
+from idempotency_django.forms import hidden_input
 from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.options import Options, check_option_names
 
 if TYPE_CHECKING:
     EntryAdminBase = admin.ModelAdmin[IdempotencyEntry]
@@ -195,3 +202,88 @@ class IdempotencyEntryAdmin(EntryAdminBase):
 def _compact(moment: datetime) -> str:
     """``2026-11-24 13:02``, in the current time zone: a column, not a sentence."""
     return date_format(timezone.localtime(moment) if settings.USE_TZ else moment, "Y-m-d H:i")
+
+
+# --- Protecting a project's own ModelAdmins (docs/forms.rst) -------------------------------------
+
+# Django renders {% csrf_token %} exactly so: every admin form that posts holds one, and
+# gets its own fresh key right after it (change form, changelist actions, delete pages).
+_CSRF_INPUT = re.compile(rb'<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">')
+
+
+class IdempotentAdminMixin:
+    """Run a ``ModelAdmin``'s add, change and delete views and its actions once per
+    rendered form: ``class OrderAdmin(IdempotentAdminMixin, admin.ModelAdmin)``.
+
+    Every form those pages render carries a fresh ``idempotency_key``; a post that
+    carries none (a template of the project's that drops it) runs unprotected, as
+    the admin always did. The admin site's login check runs first: the key space
+    is the staff user's. Options are ``@idempotent``'s keywords in
+    ``idempotency_options``.
+    """
+
+    idempotency_options: ClassVar[Mapping[str, Any]] = {"required": False}
+
+    def get_idempotency_options(self) -> Options:
+        return _admin_options(type(self).__qualname__, self.idempotency_options)
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return self._once(request, "add_view", args, kwargs)
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return self._once(request, "change_view", args, kwargs)
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return self._once(request, "delete_view", args, kwargs)
+
+    def changelist_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Its POSTs are the actions (and list_editable's saves).
+        return self._once(request, "changelist_view", args, kwargs)
+
+    def _once(
+        self, request: HttpRequest, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> HttpResponse:
+        view = getattr(super(), name)
+
+        def call() -> HttpResponse:
+            return with_form_keys(view(request, *args, **kwargs))
+
+        return handle(request, self.get_idempotency_options(), call)
+
+
+def _admin_options(owner: str, options: Mapping[str, Any]) -> Options:
+    try:
+        check_option_names(options)
+        return Options.build(**options)
+    except TypeError as exc:
+        raise ImproperlyConfigured(f"{owner}.idempotency_options: {exc}") from exc
+
+
+def with_form_keys(response: HttpResponse) -> HttpResponse:
+    """``response`` with a fresh ``idempotency_key`` in each of its forms that post."""
+    if isinstance(response, TemplateResponse) and not response.is_rendered:
+        response.add_post_render_callback(_insert_keys)
+    return response
+
+
+def _insert_keys(response: HttpResponse) -> None:
+    def keyed(match: re.Match[bytes]) -> bytes:
+        return match.group(0) + hidden_input().encode()
+
+    response.content = _CSRF_INPUT.sub(keyed, response.content)
+
+
+def protect_admin(site: admin.AdminSite | None = None) -> None:
+    """Give every ``ModelAdmin`` registered on ``site`` (``admin.site``) the mixin.
+
+    One line in ``urls.py``, after the registrations (``admin.autodiscover()`` has run
+    when ``urls.py`` is imported) and before ``site.urls`` is read:
+    ``protect_admin(admin.site)``. A ``ModelAdmin`` that has the mixin keeps its own.
+    """
+    for model_admin in (site or admin.site)._registry.values():
+        cls = type(model_admin)
+        if not isinstance(model_admin, IdempotentAdminMixin):
+            protected = type(
+                cls.__name__, (IdempotentAdminMixin, cls), {"__module__": cls.__module__}
+            )
+            model_admin.__class__ = protected

@@ -556,3 +556,35 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
     )
     messages += _entries_vendor()
     return messages
+
+
+_SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
+_IDEMPOTENCY_MIDDLEWARE = "idempotency_django.middleware.IdempotencyMiddleware"
+
+
+@register(Tags.compatibility)
+def check_form_sessions(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W090: forms are protected, but an anonymous visitor has no session to be their key space."""
+    from idempotency_django.views import IdempotentFormMixin
+
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    forms_used = _IDEMPOTENCY_MIDDLEWARE in middleware or bool(
+        IdempotentFormMixin._IDEMPOTENT_FORM_VIEWS
+    )
+    has_sessions = (
+        "django.contrib.sessions" in settings.INSTALLED_APPS and _SESSION_MIDDLEWARE in middleware
+    )
+    own_resolver = getattr(settings, "IDEMPOTENCY_TENANT_RESOLVER", None) is not None
+    if not forms_used or has_sessions or own_resolver:
+        return []
+    return [
+        Warning(
+            "Idempotent forms are in use (IdempotencyMiddleware or IdempotentFormMixin) without "
+            "Django's sessions: every anonymous visitor's form keys share one key space.",
+            hint=f"Add 'django.contrib.sessions' to INSTALLED_APPS and {_SESSION_MIDDLEWARE!r} "
+            "to MIDDLEWARE, or set IDEMPOTENCY_TENANT_RESOLVER to a resolver of your own.",
+            id="idempotency_django.W090",
+        )
+    ]

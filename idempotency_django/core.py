@@ -35,6 +35,7 @@ from idempotency_django.exceptions import (
 from idempotency_django.execution import Run, claimed, settled, status_of, translate
 from idempotency_django.fingerprint import Keyed, keyed
 from idempotency_django.keys import extracted, parse_key
+from idempotency_django.keys import form_field as form_key
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.options import SAFE_METHODS, Options, Policy
 from idempotency_django.redact import stored_answer
@@ -119,7 +120,12 @@ def passing_through(request: HttpRequest, tenant_of: TenantOf | None = None) -> 
 
 
 def protect(
-    request: HttpRequest, policy: Policy, tenant_of: TenantOf, call_view: ViewCall
+    request: HttpRequest,
+    policy: Policy,
+    tenant_of: TenantOf,
+    call_view: ViewCall,
+    *,
+    form_field: str | None = None,
 ) -> HttpResponse:
     """Answer ``request`` idempotently; raises ``IdempotencyError`` for client errors.
 
@@ -128,7 +134,8 @@ def protect(
     it, the view and the record of its answer. ``tenant_of()`` resolves the
     tenant; it is called once the adapter has authenticated, and again after the
     view, to catch a view that authenticates on its own (then the tenant the
-    claim used was not the caller's).
+    claim used was not the caller's). ``form_field`` names the form field a form POST
+    may carry its key in when the header is absent (``@idempotent``'s, for HTML forms).
     """
     seen = signals.Observation("http", request.method, _route(request))
     token = None
@@ -138,7 +145,7 @@ def protect(
         context = IdempotencyContext(None, tenant)
         request.idempotency = context  # type: ignore[attr-defined]
         token = _current.set(context)
-        context.key = extract_key(request, policy)
+        context.key = extract_key(request, policy, form_field)
         if context.key is None:
             seen.skip = True
             response = _call(call_view)
@@ -167,7 +174,7 @@ def _route(request: HttpRequest) -> str | None:
     return match.view_name if match is not None else None
 
 
-def extract_key(request: HttpRequest, policy: Policy) -> str | None:
+def extract_key(request: HttpRequest, policy: Policy, form_field: str | None = None) -> str | None:
     """The parsed key; ``None`` if absent and optional; raises when absent and required."""
     if policy.key:
         raw = extracted(policy.key, request)
@@ -175,9 +182,13 @@ def extract_key(request: HttpRequest, policy: Policy) -> str | None:
         raw = request.META.get(policy.meta_header)  # request.headers builds a dict of all
     else:
         raw = request.headers.get(policy.header)
+    if raw is None and form_field and not policy.key:
+        raw = form_key(request, form_field)
     if raw is None:
         if policy.required:
             where = "an idempotency key" if policy.key else f"the {policy.header} header"
+            if form_field and not policy.key:
+                where += f" (or, in a form, its {form_field} field)"
             raise KeyMissing(f"This endpoint requires {where}.")
         return None
     if not isinstance(raw, str | bytes):

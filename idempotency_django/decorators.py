@@ -16,6 +16,7 @@ from idempotency_django.conf import TenantResolver
 from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.fingerprint import Fingerprinter
+from idempotency_django.forms import FIELD_NAME, form_policy
 from idempotency_django.options import KeyExtractor, Options, check_option_names
 from idempotency_django.redact import Redactor
 from idempotency_django.responses import problem_response
@@ -115,17 +116,21 @@ def _async_wrapper(view: Callable[..., Any], options: Options) -> Callable[..., 
 
 
 def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
-    """Protect one call of a view, answering client errors as problem+json."""
+    """Protect one call of a view, answering client errors as problem+json (a page, to a
+    browser: ``refusal_pages``)."""
     if not core.applies(request, options):
         core.passing_through(request, lambda: options.resolve(request).tenant(request))
         return call_view()
     try:
-        policy = options.resolve(request)
+        # A form post: its key may be its idempotency_key field, its duplicate waits.
+        policy = form_policy(request, options.resolve(request), options)
         call = _rendered_for_drf(request, call_view)
         core.bound_request_transaction(policy.database)
-        return core.protect(request, policy, lambda: policy.tenant(request), call)
+        return core.protect(
+            request, policy, lambda: policy.tenant(request), call, form_field=FIELD_NAME
+        )
     except IdempotencyError as error:
-        return problem_response(error)
+        return problem_response(error, request)
 
 
 def _rendered_for_drf(request: HttpRequest, call_view: core.ViewCall) -> core.ViewCall:

@@ -52,6 +52,10 @@ _MULTIPART = "multipart/form-data"
 _URLENCODED = "application/x-www-form-urlencoded"
 _KEY_SALT = "idempotency_django.fingerprint"
 _VERSION = b"idempotency_django.fingerprint/2"
+# A form's fields that are not what the person sent: the CSRF token (drawn per page, and
+# rotated at login) and the key itself (``forms.FIELD_NAME``). Left out of a form body.
+LEFT_OUT_FIELDS = frozenset({"csrfmiddlewaretoken", "idempotency_key"})
+_LEFT_OUT_PAIRS = frozenset(name.encode() for name in LEFT_OUT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,7 @@ def _body_digest(snapshot: RequestSnapshot) -> bytes:
     if media == _MULTIPART:
         return _multipart_digest(body, snapshot.content_type)
     if media == _URLENCODED:
-        return b"pairs:" + _pairs_digest(body)
+        return b"pairs:" + _pairs_digest(body, _LEFT_OUT_PAIRS)
     if media == "application/json" or media.endswith("+json"):
         canonical = json_digest(body)
         if canonical is not None:
@@ -260,7 +264,7 @@ def _body_digest(snapshot: RequestSnapshot) -> bytes:
     return b"raw:" + hashlib.sha256(body).digest()
 
 
-def _pairs_digest(raw: bytes) -> bytes:
+def _pairs_digest(raw: bytes, left_out: frozenset[bytes] = frozenset()) -> bytes:
     """Query strings and form bodies: fields sorted by name, each name's values in order.
 
     ``request.GET``/``POST`` are mappings of name to list: the order *between* names is
@@ -268,6 +272,7 @@ def _pairs_digest(raw: bytes) -> bytes:
     ``getlist()`` returns (``order=approve&order=pay`` is not ``order=pay&order=approve``).
     The sort is stable and by name only, so it keeps the latter. Names and values are
     compared as percent-decoded bytes, before any charset decoding can merge two.
+    A form body leaves out ``left_out`` (``LEFT_OUT_FIELDS``).
     """
     result = hashlib.sha256()
     if raw.count(b"&") >= _max_fields():
@@ -276,6 +281,8 @@ def _pairs_digest(raw: bytes) -> bytes:
         result.update(b"raw:" + hashlib.sha256(raw).digest())
         return result.digest()
     for name, value in sorted(_pairs(raw), key=lambda pair: pair[0]):
+        if name in left_out:
+            continue
         feed(result, name)
         feed(result, value)
     return result.digest()
@@ -360,15 +367,26 @@ def _charset(content_type: str) -> str:
 def _form_digest(fields: QueryDict, files: MultiValueDict[str, Any]) -> bytes:
     """Parsed form fields and uploads, sorted by name only (see ``_pairs_digest``)."""
     result = hashlib.sha256()
-    _feed_lists(result, fields, lambda value: feed(result, value.encode("utf-8", "surrogatepass")))
+    _feed_lists(
+        result,
+        fields,
+        lambda value: feed(result, value.encode("utf-8", "surrogatepass")),
+        LEFT_OUT_FIELDS,
+    )
     _feed_lists(result, files, lambda upload: _feed_upload(result, upload))
     return result.digest()
 
 
 def _feed_lists(
-    result: Hash, values: MultiValueDict[str, Any], each: Callable[[Any], None]
+    result: Hash,
+    values: MultiValueDict[str, Any],
+    each: Callable[[Any], None],
+    left_out: frozenset[str] = frozenset(),
 ) -> None:
-    lists = sorted(values.lists(), key=lambda item: item[0])
+    lists = sorted(
+        ((name, items) for name, items in values.lists() if name not in left_out),
+        key=lambda item: item[0],
+    )
     result.update(len(lists).to_bytes(8, "big"))
     for name, items in lists:
         feed(result, name.encode("utf-8", "surrogatepass"))

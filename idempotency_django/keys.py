@@ -11,6 +11,8 @@ from idempotency_django.exceptions import KeyMalformed
 SEPARATOR = "\x1f"
 _VISIBLE = frozenset(range(0x21, 0x7F))
 _SF_STRING_CHARS = frozenset(range(0x20, 0x7F)) - {0x22, 0x5C}
+# The bodies a browser's form posts: a key in a field of theirs is read from request.POST.
+FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 
 
 def parse_key(raw: str | bytes, max_length: int) -> str:
@@ -72,6 +74,18 @@ def extracted(extractor: Callable[[Any], object], request: Any) -> str | bytes |
     if raw is None or isinstance(raw, str | bytes):
         return raw
     raise KeyMalformed(f"The idempotency key must be a string, not {type(raw).__name__}.")
+
+
+def form_field(request: Any, name: str) -> str | None:
+    """The key a form POST carries in its field ``name`` (``None``: none, or not a form).
+
+    Only Django's own request: DRF and Ninja parse their bodies themselves, after
+    their authentication, and take their keys from the header.
+    """
+    if request.method != "POST" or request.content_type not in FORM_TYPES:
+        return None
+    value = request.POST.get(name)
+    return value if isinstance(value, str) else None
 
 
 def readable(stored: str) -> str:

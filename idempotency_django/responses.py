@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass, field
 from http.client import responses as STANDARD_PHRASES
 
-from django.http import HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from idempotency_django import refusal_pages
 from idempotency_django.exceptions import IdempotencyError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -67,8 +68,15 @@ def _own_reason(response: HttpResponseBase) -> str:
     return "" if response.reason_phrase == standard else response.reason_phrase
 
 
-def problem_response(error: IdempotencyError) -> HttpResponse:
-    """RFC 9457 problem details for a client error."""
+def problem_response(error: IdempotencyError, request: HttpRequest | None = None) -> HttpResponse:
+    """RFC 9457 problem details for a client error; given the ``request`` of a person's
+    browser (its ``Accept`` prefers HTML), a 400/409/422 is a page instead, same status."""
+    if refusal_pages.wants_page(error, request):
+        assert request is not None
+        response = refusal_pages.refusal_page(error, request)
+        for name, value in error.headers().items():
+            response[name] = value
+        return response
     payload = {
         "type": error.type_uri,
         "title": error.title,

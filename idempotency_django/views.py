@@ -12,17 +12,22 @@ its request again with the same key and gets the replay (docs/http.rst).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
+from django.views.generic.edit import BaseDeleteView
 
 from idempotency_django.conf import conf
 from idempotency_django.core import store_errors
 from idempotency_django.databases import entries_alias
+from idempotency_django.decorators import EntriesDatabase, handle
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
 from idempotency_django.keys import parse_key
 from idempotency_django.lookup import KeyStatus, lookup
+from idempotency_django.options import Options, check_option_names
 from idempotency_django.responses import problem_response
 
 
@@ -70,3 +75,62 @@ def status_response(found: KeyStatus) -> HttpResponse:
     # Per caller and changing: never from a shared cache.
     response["Cache-Control"] = "private, no-store"
     return response
+
+
+# --- Django's generic editing views (docs/forms.rst) ---------------------------------------------
+
+
+class IdempotentFormMixin:
+    """Run ``form_valid`` once per key: for ``CreateView``, ``UpdateView``, ``DeleteView``
+    and ``FormView`` (``class OrderCreate(IdempotentFormMixin, CreateView)``).
+
+    The key is the form's ``idempotency_key`` field (``{% idempotency_key_field %}``)
+    or the ``Idempotency-Key`` header; the answer stored and replayed is
+    ``form_valid``'s, usually the redirect. A form that does not validate is
+    answered as usual, unprotected and unstored: nothing was done. Options are
+    ``@idempotent``'s keywords in ``idempotency_options``; the view's
+    authentication (``LoginRequiredMixin``, ``dispatch()``) runs before it.
+    """
+
+    idempotency_options: ClassVar[Mapping[str, Any]] = {}
+    _IDEMPOTENT_FORM_VIEWS: ClassVar[list[type]] = []  # W090: forms in use
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        IdempotentFormMixin._IDEMPOTENT_FORM_VIEWS.append(cls)
+
+    @classmethod
+    def get_idempotency_options(cls) -> Options:
+        """The view's options; a wrong one is ``ImproperlyConfigured`` when the URLconf loads."""
+        try:
+            check_option_names(cls.idempotency_options)
+            return Options.build(**cls.idempotency_options)
+        except TypeError as exc:
+            raise ImproperlyConfigured(f"{cls.__qualname__}.idempotency_options: {exc}") from exc
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        parent: Any = super()
+        view = parent.as_view(**initkwargs)
+        # As @idempotent's: the claim's transaction is the view's, even under ATOMIC_REQUESTS.
+        marker = EntriesDatabase(cls.get_idempotency_options())
+        marker.others.update(getattr(view, "_non_atomic_requests", ()))
+        view._non_atomic_requests = marker
+        return view
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        parent: Any = super()
+        if not isinstance(self, BaseDeleteView):
+            return parent.post(request, *args, **kwargs)  # type: ignore[no-any-return]
+        # A delete looks its object up before form_valid(): a reload after the delete
+        # would be a 404. The whole post is protected instead (its form is always valid).
+        self._idempotency_whole_post = True
+        options = self.get_idempotency_options()
+        return handle(request, options, lambda: parent.post(request, *args, **kwargs))
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        parent: Any = super()
+        if getattr(self, "_idempotency_whole_post", False):
+            return parent.form_valid(form)  # type: ignore[no-any-return]
+        request: HttpRequest = getattr(self, "request")  # noqa: B009  (set by View.setup)
+        return handle(request, self.get_idempotency_options(), lambda: parent.form_valid(form))

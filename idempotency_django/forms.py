@@ -1,0 +1,123 @@
+"""Server-rendered forms: the hidden key, where a form post's key is read, whose key space.
+
+A form carries its key in a hidden field (``{% idempotency_key_field %}`` or
+:class:`IdempotencyKeyField`), drawn fresh each time the form is rendered: a form
+rendered once and submitted twice (a double-click, a reload) carries one key; a
+form rendered again (a new visit, or the same page re-rendered with its errors)
+carries a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from idempotency_django.client.policy import new_key
+from idempotency_django.keys import FORM_TYPES
+from idempotency_django.options import Options, Policy
+from idempotency_django.tenants import user_pk
+
+FIELD_NAME = "idempotency_key"
+# Seconds a form post's duplicate (the second click of a double-click) waits for the first's
+# answer before a 409, unless the view sets wait= itself: a person should see the same
+# redirect, not an error page. Long enough for a slow view, short enough for a browser.
+FORM_WAIT = 5.0
+# Started in an anonymous visitor's session by the tag, so that the session (and with it
+# the visitor's key space) exists before the form is posted.
+SESSION_MARK = "_idempotency_visitor"
+
+
+def hidden_input(key: str | None = None) -> SafeString:
+    """``<input type="hidden" name="idempotency_key" value="…">`` holding a fresh key."""
+    return format_html('<input type="hidden" name="{}" value="{}">', FIELD_NAME, key or new_key())
+
+
+class IdempotencyKeyWidget(forms.HiddenInput):
+    """A hidden input that holds a fresh key each time it is rendered, bound or not.
+
+    A re-rendered form (its errors shown) was answered already, and that answer is
+    stored under the key it was sent with: the corrected form needs a new key.
+    """
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        return super().get_context(name, new_key(), attrs)
+
+
+class IdempotencyKeyField(forms.CharField):
+    """For forms whose fields are rendered one by one: name it ``idempotency_key``.
+
+    ``idempotency_key = IdempotencyKeyField()``; the protection reads the posted
+    value, the form itself ignores it (not required, never an error).
+    """
+
+    widget = IdempotencyKeyWidget
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("label", "")
+        super().__init__(**kwargs)
+
+
+def start_visitor_session(request: HttpRequest | None) -> None:
+    """Give an anonymous visitor a session before they post the form (their key space)."""
+    session = getattr(request, "session", None)
+    user = getattr(request, "user", None)
+    if session is None or (user is not None and user.is_authenticated):
+        return
+    if session.session_key is None and SESSION_MARK not in session:
+        session[SESSION_MARK] = True  # an empty session is never saved, nor its cookie set
+
+
+def visitor(request: HttpRequest) -> str:
+    """A form post's tenant: the user's pk, else the anonymous visitor's session.
+
+    The session key is a credential: only its digest is stored. Without a session
+    (``idempotency_django.W090`` warns when the app has none) anonymous visitors
+    share one key space, as they do for ``tenants.user_pk``.
+    """
+    owner = user_pk(request)
+    if owner:
+        return owner
+    session = getattr(request, "session", None)
+    session_key = session.session_key if session is not None else None
+    if not session_key:
+        return ""
+    return "session:" + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+def is_form_post(request: HttpRequest, policy: Policy) -> bool:
+    """A POST of a form's body without the key header: the key, if any, is its field."""
+    return (
+        policy.key is None
+        and request.method == "POST"
+        and request.content_type in FORM_TYPES
+        and not _has_header(request, policy)
+    )
+
+
+def _has_header(request: HttpRequest, policy: Policy) -> bool:
+    if policy.meta_header:
+        return policy.meta_header in request.META
+    return policy.header in request.headers
+
+
+def form_policy(request: HttpRequest, policy: Policy, options: Options) -> Policy:
+    """``policy`` for a form post: its duplicate waits, its anonymous caller is the session.
+
+    Only what the view and the settings left to their defaults changes: ``wait=`` set
+    on the view, or a project's own ``IDEMPOTENCY_TENANT_RESOLVER``, stand.
+    """
+    if not is_form_post(request, policy):
+        return policy
+    changes: dict[str, Any] = {}
+    if options.wait is None and policy.wait < FORM_WAIT:
+        changes["wait"] = FORM_WAIT
+    if policy.tenant is user_pk:
+        changes["tenant"] = visitor
+    return replace(policy, **changes) if changes else policy

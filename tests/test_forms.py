@@ -1,0 +1,280 @@
+"""Server-rendered forms, exactly once: the hidden key, @idempotent reading it, the mixin,
+the fingerprint of a form, the refusal pages a person reads, and whose key space it is."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.template import Context, Template
+from django.test import Client, RequestFactory
+
+from idempotency_django.forms import FIELD_NAME, IdempotencyKeyField, visitor
+from idempotency_django.models import IdempotencyEntry
+from tests.testapp.models import Charge
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.testapp.form_views")]
+
+BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+_KEY = re.compile(r'name="idempotency_key" value="([^"]+)"')
+
+
+def rendered_key(client: Client, path: str) -> str:
+    """The key of the form ``path`` renders (a GET, as a browser opens the page)."""
+    page = client.get(path)
+    assert page.status_code == 200
+    found = _KEY.findall(page.content.decode())
+    assert len(found) == 1, page.content
+    return found[0]
+
+
+def submit(client: Client, path: str, key: str | None, **fields: Any) -> Any:
+    data = {"csrfmiddlewaretoken": "token", "reference": "order-1", "amount": "100", **fields}
+    if key is not None:
+        data[FIELD_NAME] = key
+    return client.post(path, data, HTTP_ACCEPT=BROWSER)
+
+
+# --- the key in every form -----------------------------------------------------------------------
+
+
+def test_the_tag_renders_a_hidden_input_holding_a_fresh_uuid7_each_time() -> None:
+    template = Template("{% load idempotency %}{% idempotency_key_field %}")
+    first, second = (template.render(Context({})) for _ in range(2))
+    keys = [_KEY.search(html).group(1) for html in (first, second)]  # type: ignore[union-attr]
+    assert first.startswith('<input type="hidden" name="idempotency_key" value="')
+    assert keys[0] != keys[1]
+    assert all(uuid.UUID(key).version == 7 for key in keys)
+
+
+def test_the_form_field_renders_a_fresh_key_even_when_the_form_is_bound() -> None:
+    class Form(__import__("django").forms.Form):
+        idempotency_key = IdempotencyKeyField()
+
+    bound = Form({"idempotency_key": "old-key"})
+    html = str(bound["idempotency_key"])
+    assert 'type="hidden"' in html and "old-key" not in html
+    assert bound.is_valid()
+
+
+def test_a_form_rendered_once_and_posted_twice_runs_once_and_replays_the_redirect(
+    client: Client,
+) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    first = submit(client, "/forms/charge/", key)
+    reload = submit(client, "/forms/charge/", key)
+    assert first.status_code == reload.status_code == 302
+    assert reload["Location"] == first["Location"]
+    assert reload["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_a_form_rendered_again_carries_a_new_key_and_makes_a_new_order(client: Client) -> None:
+    submit(client, "/forms/charge/", rendered_key(client, "/forms/charge/"))
+    submit(client, "/forms/charge/", rendered_key(client, "/forms/charge/"))
+    assert Charge.objects.count() == 2
+
+
+def test_the_header_still_wins_over_the_form_field(client: Client) -> None:
+    key = str(uuid.uuid4())
+    client.post(
+        "/forms/charge/",
+        {"reference": "a", "amount": "1", FIELD_NAME: "other"},
+        headers={"Idempotency-Key": key},
+    )
+    assert IdempotencyEntry.objects.filter(key=key).exists()
+
+
+def test_a_form_post_without_any_key_is_refused_as_a_missing_key(client: Client) -> None:
+    response = client.post("/forms/charge/", {"reference": "a", "amount": "1"})
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert b"idempotency_key field" in response.content
+    assert Charge.objects.count() == 0
+
+
+# --- the fingerprint of a form -------------------------------------------------------------------
+
+
+def test_the_fingerprint_of_a_form_leaves_out_the_csrf_token(client: Client) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key, csrfmiddlewaretoken="first-page")
+    again = submit(client, "/forms/charge/", key, csrfmiddlewaretoken="rotated-at-login")
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_the_same_key_with_another_field_value_is_a_different_request(client: Client) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    edited = client.post(
+        "/forms/charge/", {"reference": "order-1", "amount": "999", FIELD_NAME: key}
+    )
+    assert edited.status_code == 422
+    assert edited["Content-Type"] == "application/problem+json"
+
+
+def test_a_multipart_form_reads_its_key_and_fingerprints_its_file_by_content(
+    client: Client,
+) -> None:
+    key = str(uuid.uuid4())
+
+    def send(content: bytes) -> Any:
+        upload = SimpleUploadedFile("receipt.txt", content, content_type="text/plain")
+        return client.post("/forms/upload/", {"reference": "r", "receipt": upload, FIELD_NAME: key})
+
+    first, same = send(b"receipt"), send(b"receipt")
+    other = send(b"another receipt")
+    assert (first.status_code, same.status_code, other.status_code) == (302, 302, 422)
+    assert same["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+# --- refusals a person reads ---------------------------------------------------------------------
+
+
+def test_a_back_button_resubmission_of_an_edited_form_gets_a_page_a_person_can_act_on(
+    client: Client,
+) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    back = submit(
+        client, "/forms/charge/", key, amount="250", HTTP_REFERER="http://testserver/forms/charge/"
+    )
+    assert back.status_code == 422
+    assert back["Content-Type"].startswith("text/html")
+    page = back.content.decode()
+    assert "This form was already sent" in page
+    assert 'href="/forms/charge/"' in page  # open a fresh form
+    assert Charge.objects.count() == 1
+
+
+def test_an_api_client_still_gets_problem_json_for_the_same_refusal(client: Client) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    for accept in ("*/*", "application/json", None):
+        extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+        refused = client.post(
+            "/forms/charge/", {"reference": "x", "amount": "2", FIELD_NAME: key}, **extra
+        )
+        assert refused.status_code == 422
+        assert refused["Content-Type"] == "application/problem+json"
+
+
+def test_a_malformed_key_in_a_browser_form_is_a_400_page(client: Client) -> None:
+    refused = submit(client, "/forms/charge/", "not ascii: é")
+    assert refused.status_code == 400
+    assert refused["Content-Type"].startswith("text/html")
+    assert b"Open a fresh form" in refused.content
+
+
+def test_the_refusal_page_never_links_to_another_site() -> None:
+    from idempotency_django.exceptions import KeyReused
+    from idempotency_django.responses import problem_response
+
+    request = RequestFactory().post(
+        "/forms/charge/", HTTP_ACCEPT=BROWSER, HTTP_REFERER="https://evil.example/forms/charge/"
+    )
+    page = problem_response(KeyReused(), request).content.decode()
+    assert "evil.example" not in page
+
+
+# --- the mixin for generic editing views ---------------------------------------------------------
+
+
+def test_create_view_form_valid_runs_once_per_key(client: Client) -> None:
+    key = str(uuid.uuid4())
+    first = submit(client, "/forms/create/", key)
+    second = submit(client, "/forms/create/", key)
+    assert first.status_code == second.status_code == 302
+    assert second["Location"] == first["Location"]
+    assert second["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_an_invalid_form_is_answered_unprotected_and_stores_nothing(client: Client) -> None:
+    key = str(uuid.uuid4())
+    invalid = submit(client, "/forms/create/", key, amount="not a number")
+    assert invalid.status_code == 200
+    assert not IdempotencyEntry.objects.filter(key=key).exists()
+    corrected = submit(client, "/forms/create/", key)
+    assert corrected.status_code == 302
+
+
+def test_update_view_form_valid_runs_once_per_key(client: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    key = str(uuid.uuid4())
+    submit(client, f"/forms/update/{charge.pk}/", key, amount="5")
+    Charge.objects.filter(pk=charge.pk).update(amount=7)  # changed since by someone else
+    replay = submit(client, f"/forms/update/{charge.pk}/", key, amount="5")
+    assert replay["Idempotent-Replayed"] == "true"
+    assert Charge.objects.get(pk=charge.pk).amount == 7
+
+
+def test_delete_view_form_valid_runs_once_per_key(client: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    key = rendered_key(client, f"/forms/delete/{charge.pk}/")
+    first = client.post(f"/forms/delete/{charge.pk}/", {FIELD_NAME: key})
+    again = client.post(f"/forms/delete/{charge.pk}/", {FIELD_NAME: key})
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"  # not a 404 for the object now gone
+    assert not Charge.objects.exists()
+
+
+def test_form_view_form_valid_runs_once_per_key(client: Client) -> None:
+    key = rendered_key(client, "/forms/formview/")
+    submit(client, "/forms/formview/", key)
+    again = submit(client, "/forms/formview/", key)
+    assert again["Idempotent-Replayed"] == "true"
+
+
+def test_a_wrong_mixin_option_fails_when_the_urlconf_loads() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tests.testapp.form_views import ChargeCreate
+
+    class Wrong(ChargeCreate):
+        idempotency_options = {"wiat": 3}
+
+    with pytest.raises(ImproperlyConfigured, match="Wrong.idempotency_options"):
+        Wrong.as_view()
+
+
+# --- who the caller is ---------------------------------------------------------------------------
+
+
+def test_an_anonymous_visitors_form_keys_live_in_their_session(client: Client) -> None:
+    key = rendered_key(client, "/forms/charge/")  # the tag starts the visitor's session
+    submit(client, "/forms/charge/", key)
+    entry = IdempotencyEntry.objects.get(key=key)
+    session_key = client.session.session_key
+    assert session_key and entry.tenant.startswith("session:")
+    assert session_key not in entry.tenant  # a credential: only its digest is stored
+
+
+def test_another_visitor_sending_the_same_key_never_gets_the_first_visitors_answer() -> None:
+    first, other = Client(), Client()
+    key = rendered_key(first, "/forms/charge/")
+    rendered_key(other, "/forms/charge/")
+    submit(first, "/forms/charge/", key)
+    theirs = submit(other, "/forms/charge/", key)
+    assert "Idempotent-Replayed" not in theirs
+    assert Charge.objects.count() == 2
+
+
+def test_a_logged_in_users_form_keys_live_in_the_users_key_space(
+    client: Client, django_user_model: Any
+) -> None:
+    user = django_user_model.objects.create_user("ann")
+    client.force_login(user)
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    assert IdempotencyEntry.objects.get(key=key).tenant == str(user.pk)
+
+
+def test_the_visitor_without_a_session_shares_the_anonymous_key_space() -> None:
+    request = RequestFactory().post("/")
+    assert visitor(request) == ""

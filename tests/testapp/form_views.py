@@ -1,0 +1,121 @@
+"""Server-rendered form views the form tests protect (``tests/test_forms.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import path
+from django.views.generic import CreateView, DeleteView, FormView, UpdateView
+
+from idempotency_django import idempotency_exempt, idempotent
+from idempotency_django.forms import IdempotencyKeyField
+from idempotency_django.views import IdempotentFormMixin
+from tests.testapp.models import Charge
+from tests.testapp.urls import urlpatterns as testapp_urlpatterns
+
+
+class ChargeForm(forms.ModelForm[Charge]):
+    class Meta:
+        model = Charge
+        fields = ["reference", "amount"]
+
+
+class KeyedChargeForm(ChargeForm):
+    """For templates that render fields one by one: the key is one of them."""
+
+    idempotency_key = IdempotencyKeyField()
+
+
+class ReceiptForm(forms.Form):
+    reference = forms.CharField()
+    receipt = forms.FileField(required=False)
+
+
+@idempotent
+def charge_form(request: HttpRequest) -> HttpResponse:
+    """A function view handling its own form: a new charge, then a redirect to it."""
+    form = ChargeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        charge = form.save()
+        return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+    return render(request, "testapp/charge_form.html", {"form": form})
+
+
+@idempotent
+def upload(request: HttpRequest) -> HttpResponse:
+    """A multipart form with a file: one charge per upload."""
+    form = ReceiptForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return HttpResponse(status=400)
+    data = form.cleaned_data["receipt"].read() if form.cleaned_data["receipt"] else b""
+    charge = Charge.objects.create(reference=form.cleaned_data["reference"], amount=len(data))
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
+def done(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse(f"charge {pk}")
+
+
+class ChargeCreate(IdempotentFormMixin, CreateView[Charge, Any]):
+    model = Charge
+    fields = ["reference", "amount"]
+    success_url = "/forms/done/{id}/"
+
+
+class RacingChargeCreate(ChargeCreate):
+    # Generous: a duplicate must outwait the first on a machine of any speed.
+    idempotency_options = {"wait": 60}
+
+
+class ChargeUpdate(IdempotentFormMixin, UpdateView[Charge, Any]):
+    model = Charge
+    fields = ["reference", "amount"]
+    success_url = "/forms/done/{id}/"
+
+
+class ChargeDelete(IdempotentFormMixin, DeleteView[Charge, Any]):
+    model = Charge
+    success_url = "/forms/done/0/"
+
+
+class ChargeFormView(IdempotentFormMixin, FormView[ChargeForm]):
+    form_class = ChargeForm
+    template_name = "testapp/charge_form.html"
+
+    def form_valid(self, form: ChargeForm) -> HttpResponse:
+        return super().form_valid(form)
+
+    def get_success_url(self) -> str:
+        return f"/forms/done/{Charge.objects.count()}/"
+
+
+def plain_charge(request: HttpRequest) -> HttpResponse:
+    """No decorator: only IdempotencyMiddleware protects it."""
+    if request.method == "POST":
+        charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+        return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+    return render(request, "testapp/charge_form.html", {"form": ChargeForm()})
+
+
+@idempotency_exempt
+def exempt_charge(request: HttpRequest) -> HttpResponse:
+    charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
+urlpatterns = [
+    path("forms/charge/", charge_form),
+    path("forms/upload/", upload),
+    path("forms/done/<int:pk>/", done),
+    path("forms/create/", ChargeCreate.as_view()),
+    path("forms/racing/", RacingChargeCreate.as_view()),
+    path("forms/update/<int:pk>/", ChargeUpdate.as_view()),
+    path("forms/delete/<int:pk>/", ChargeDelete.as_view()),
+    path("forms/formview/", ChargeFormView.as_view()),
+    path("forms/plain/", plain_charge),
+    path("forms/exempt/", exempt_charge),
+    *testapp_urlpatterns,
+]
