@@ -146,6 +146,7 @@ def _run_once(
     arguments: object,
 ) -> Any:
     from idempotency_django.calls import idempotent_call
+    from idempotency_django.consumers.classify import handler_errors
 
     tenant = policy.tenant(*call_args, **kwargs) if policy.tenant else ""
     with idempotent_call(
@@ -160,7 +161,8 @@ def _run_once(
             # Never the key: the outcome's own log line carries its keyed digest.
             logger.debug("idempotent task %s replayed its stored result", task.name)
             return call.result
-        call.result = fn(*args, **kwargs)
+        with handler_errors():  # its own database errors count toward max_attempts
+            call.result = fn(*args, **kwargs)
         policy.succeeded(task.name, key, tenant)
         return call.result
 

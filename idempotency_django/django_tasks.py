@@ -34,6 +34,7 @@ from django.utils.module_loading import import_string
 
 from idempotency_django.calls import idempotent_call
 from idempotency_django.conf import conf
+from idempotency_django.consumers.classify import handler_errors
 from idempotency_django.exceptions import RequestInProgress
 from idempotency_django.extras import raise_missing_extra
 from idempotency_django.fingerprint import bound_arguments, signature_of
@@ -140,7 +141,8 @@ def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:
                 if call.replayed:
                     logger.info("idempotent task %s [%s] replayed its stored result", scope, key)
                 else:
-                    call.result = fn(*args, **kwargs)
+                    with handler_errors():  # its own database errors count (max_attempts)
+                        call.result = fn(*args, **kwargs)
                     policy.succeeded(scope, key, tenant)
             return call.result
         except RequestInProgress as exc:

@@ -183,3 +183,61 @@ def test_kafka_message_ids_and_an_undelivered_dead_letter() -> None:
     with pytest.raises(RuntimeError, match="not delivered"):
         kafka_preset.settle(consumer, msg, DEAD, producer=stuck, dead_letter_topic="dead")
     assert consumer.calls == []  # its offset stays: the message comes back
+
+
+def test_rabbitmq_a_retry_keeps_every_message_property() -> None:
+    message = Recorder(
+        body=b"{}",
+        headers={"trace": "t1"},
+        content_type="application/json",
+        content_encoding="utf-8",
+        properties={
+            "message_id": "m",
+            "correlation_id": "c-7",
+            "reply_to": "answers",
+            "priority": 5,
+            "type": "order.created",
+            "app_id": "shop",
+            "timestamp": 1_700_000_000,
+            "expiration": "60000",  # the original's: the retry's delay replaces it
+            "application_headers": {"trace": "t1"},
+        },
+    )
+    producer = Recorder()
+    rabbit_preset.settle(message, RETRY, queues=rabbit_preset.queues("q"), producer=producer)
+    kwargs = producer.calls[0][2]
+    assert {name: kwargs.get(name) for name in ("correlation_id", "reply_to", "priority")} == {
+        "correlation_id": "c-7",
+        "reply_to": "answers",
+        "priority": 5,
+    }
+    assert (kwargs["type"], kwargs["app_id"], kwargs["timestamp"]) == (
+        "order.created",
+        "shop",
+        1_700_000_000,
+    )
+    assert (kwargs["expiration"], kwargs["headers"], kwargs["message_id"]) == (
+        2.5,
+        {"trace": "t1"},
+        "m",
+    )
+    assert "application_headers" not in kwargs
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_preset_dead_letters_an_id_the_store_cannot_hold_and_goes_on() -> None:
+    client, pipe = Recorder(), Recorder()
+    client.__dict__["pipeline"] = lambda transaction: _Context(pipe)
+    verdict = redis_preset.handle(client, "s", "g", "1-0", {"id": "x" * 300}, lambda f: None)
+    assert verdict.outcome == "unstorable"
+    assert pipe.names() == ["xack", "execute"]
+    message = _amqp_message()
+    message.properties["message_id"] = "nul\x00"
+    rabbit_preset.handle(
+        message, lambda m: None, queues=rabbit_preset.queues("q"), producer=Recorder()
+    )
+    assert message.names() == ["reject"]
+    msg = AsyncRecorder(headers={"Nats-Msg-Id": "y" * 300}, data=b"{}")
+    asyncio.run(nats_preset.handle(msg, lambda msg: None))
+    assert msg.names() == ["term"]
+    asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open

@@ -139,7 +139,14 @@ def test_the_dead_letter_is_signalled_and_uncertain_when_a_key_was_derived(
     )
 
 
-def test_the_database_failing_inside_the_handler_is_a_retry_never_a_failure() -> None:
+def test_the_database_failing_inside_the_handler_is_a_retry_never_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.consumers import classify
+
+    # The connection no longer answers (tests/test_consumer_failures.py cuts a real one).
+    monkeypatch.setattr(classify, "_answers", lambda using: False)
+
     def outage() -> None:
         raise OperationalError("server closed the connection unexpectedly")
 
@@ -163,7 +170,7 @@ def test_an_unreachable_store_is_a_retry(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_failure_count_unreachable_is_a_retry(monkeypatch: pytest.MonkeyPatch) -> None:
     from idempotency_django.consumers import failures
 
-    def away(*args: Any) -> None:
+    def away(*args: Any, **kwargs: Any) -> None:
         raise OperationalError("gone")
 
     monkeypatch.setattr(failures, "count", away)

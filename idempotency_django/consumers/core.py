@@ -8,18 +8,24 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, Final
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from idempotency_django import signals
 from idempotency_django.calls import IdempotentCall, idempotent_call, namespaced
+from idempotency_django.consumers import classify
 from idempotency_django.consumers.policy import ACK, DEAD_LETTER, RETRY, GiveUp, Verdict
 from idempotency_django.databases import default_alias
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
+from idempotency_django.models import IdempotencyEntry
 
 logger = logging.getLogger("idempotency_django.consumers")
 
 DEFAULT_SCOPE: Final = "consumer"
-#: Database errors that say the store is away (not the handler's fault): never counted.
+_TENANT_MAX: Final = IdempotencyEntry._meta.get_field("tenant").max_length or 255
+#: Errors of the claim, the record, the commit and the count: the store is away, never
+#: counted (a handler's own are classified by :mod:`.classify`).
 UNAVAILABLE_ERRORS: Final = (OperationalError, InterfaceError, StoreUnavailable)
 
 _current: ContextVar[IdempotentCall | None] = ContextVar("idempotency_consumer", default=None)
@@ -31,6 +37,11 @@ def current_call() -> IdempotentCall:
     if call is None:
         raise RuntimeError("current_call() is for a handler that consume() is running.")
     return call
+
+
+class RunsLost(Exception):
+    """A message's last runs never finished: each took its process down (SIGKILL, the
+    OOM killer, a segfault). It is dead-lettered without running again."""
 
 
 def consume(
@@ -51,12 +62,23 @@ def consume(
     writes there commit with the record, once) and returns a JSON value, stored
     and handed to duplicates as ``Verdict.result``. ``attempt`` is the broker's
     own count of this message's failures so far plus one (e.g. Celery's
-    ``retries + 1``); without it failures are counted in ``ConsumerFailure``.
+    ``retries + 1``); without it each run is counted in ``ConsumerFailure``
+    before it starts. An id (or tenant) the store cannot hold is a dead letter.
     """
     rules = policy or GiveUp()
     using = database or default_alias()
+    namespaced(scope, "-")  # a wrong scope is the programmer's: raised, not a verdict
+    refused = _unstorable(scope, tenant, message_id)
+    if refused is not None:
+        return _refuse(tenant, message_id, refused)
     key = namespaced(scope, message_id)
+    if attempt is None:
+        _require_table()
     _reconnect_if_broken(using)
+    try:
+        runs = _started(using, tenant, key) if attempt is None else 0
+    except UNAVAILABLE_ERRORS as away:
+        return _unavailable(using, rules, away)
     ran: list[IdempotentCall] = []  # the call the handler ran in, if it ran
     try:
         with idempotent_call(
@@ -69,19 +91,96 @@ def consume(
             origin="consumer",
         ) as call:
             if not call.replayed:
+                if runs > rules.max_attempts:
+                    raise RunsLost(
+                        f"its last {runs - 1} run(s) never finished: the handler takes its "
+                        "process down (killed, out of memory, crashed)"
+                    )
                 ran.append(call)
                 call.result = _run(call, handler)
                 if attempt is None:
                     from idempotency_django.consumers import failures
 
                     failures.forget(using, tenant, key)  # commits with the result
+    except RunsLost as lost:
+        return _give_up(using, tenant, key, attempt, lost, runs - 1, None, "consumer", lost=True)
     except RequestInProgress as held:
+        _uncount(using, tenant, key, runs)
         return Verdict(RETRY, float(held.retry_after), "in_progress", error=held)
-    except UNAVAILABLE_ERRORS as away:
-        return _unavailable(using, rules, away)
-    except Exception as failed:  # noqa: BLE001 - the handler's failure: rolled back, key free
-        return _failed(using, tenant, key, rules, attempt, failed, ran[0] if ran else None)
+    except Exception as failed:  # noqa: BLE001 - the handler's or the store's: rolled back
+        if classify.store_away(failed, using):
+            _reconnect_if_broken(using)
+            _uncount(using, tenant, key, runs)
+            return _unavailable(using, rules, failed)
+        call_ran = ran[0] if ran else None
+        return _failed(using, tenant, key, rules, attempt, failed, call_ran, counted=runs > 0)
+    if call.replayed:
+        _uncount(using, tenant, key, runs, done=True)
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
+
+
+def _unstorable(scope: str, tenant: str, message_id: str) -> str | None:
+    """Why the store cannot hold this id (the producer's choice), or ``None``."""
+    if not isinstance(message_id, str):
+        raise TypeError(f"consume() takes the message id as a str, got {message_id!r}")
+    if not message_id:
+        return "the message id is empty"
+    if "\x00" in message_id or "\x00" in tenant:
+        return "the message id or tenant holds a NUL character"
+    if len(tenant) > _TENANT_MAX:
+        return f"the tenant is longer than {_TENANT_MAX} characters"
+    try:
+        namespaced(scope, message_id)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _refuse(tenant: str, message_id: str, why: str) -> Verdict:
+    """A dead letter for an id the store cannot hold: nothing ran, nothing was stored."""
+    error = ValueError(f"consume(): {why}; the message is dead-lettered unrun")
+    digest = signals.key_digest(tenant, message_id)
+    logger.error("consumer: [key %s] dead-lettered: %s", digest, why)
+    signals.send(
+        signals.dead_lettered,
+        sender="consumer",
+        key_digest=digest,
+        attempts=0,
+        error=error,
+        uncertain=False,
+    )
+    return Verdict(DEAD_LETTER, outcome="unstorable", error=error)
+
+
+def _require_table() -> None:
+    # Before the first import of the model: outside INSTALLED_APPS it cannot load.
+    if not apps.is_installed("idempotency_django.consumers"):
+        raise ImproperlyConfigured(
+            "consume() and max_attempts= count a message's runs in the ConsumerFailure "
+            'table: add "idempotency_django.consumers" to INSTALLED_APPS and migrate '
+            "(or pass attempt=, the broker's own count of the failures)."
+        )
+
+
+def _started(using: str, tenant: str, key: str) -> int:
+    from idempotency_django.consumers import failures
+
+    return failures.started(using, tenant, key)
+
+
+def _uncount(using: str, tenant: str, key: str, runs: int, *, done: bool = False) -> None:
+    """The delivery did not run the handler: take back its count (best effort)."""
+    if not runs:
+        return
+    from idempotency_django.consumers import failures
+
+    try:
+        if done:
+            failures.forget(using, tenant, key)  # done by an earlier delivery
+        else:
+            failures.uncount(using, tenant, key)
+    except UNAVAILABLE_ERRORS:
+        logger.warning("consumer: could not take back a delivery's count (store away)")
 
 
 async def aconsume(message_id: str, handler: Callable[[], Any], **options: Any) -> Verdict:
@@ -97,7 +196,8 @@ async def aconsume(message_id: str, handler: Callable[[], Any], **options: Any) 
 def _run(call: IdempotentCall, handler: Callable[[], Any]) -> Any:
     token = _current.set(call)
     try:
-        return handler()
+        with classify.handler_errors():
+            return handler()
     finally:
         _current.reset(token)
 
@@ -126,12 +226,16 @@ def _failed(
     error: Exception,
     call: IdempotentCall | None,
     sender: str = "consumer",
+    *,
+    counted: bool = False,
 ) -> Verdict:
     from idempotency_django.consumers import failures as table
 
     try:
         failures, age = (
-            (attempt, 0.0) if attempt is not None else table.count(using, tenant, key, error)
+            (attempt, 0.0)
+            if attempt is not None
+            else table.count(using, tenant, key, error, add=0 if counted else 1)
         )
     except UNAVAILABLE_ERRORS as away:
         return _unavailable(using, rules, away)
@@ -150,6 +254,8 @@ def _give_up(
     failures: int,
     call: IdempotentCall | None,
     sender: str,
+    *,
+    lost: bool = False,
 ) -> Verdict:
     if attempt is None:
         from idempotency_django.consumers import failures as table
@@ -159,7 +265,8 @@ def _give_up(
         except UNAVAILABLE_ERRORS:
             logger.warning("consumer: could not clear the failure count of a dead letter")
     digest = signals.key_digest(tenant, key)
-    uncertain = call is not None and call.derived
+    # A run that died may have reached anything outside the database before it did.
+    uncertain = lost or (call is not None and call.derived)
     logger.error(
         "%s: [key %s] dead-lettered after %d failures: %r", sender, digest, failures, error
     )
@@ -184,9 +291,10 @@ def task_failed(
     A database error is never counted (the store is away: the task's own retry
     comes back). Given up, the dead letter is logged and signalled (``sender`` ``"task"``).
     """
-    if isinstance(error, UNAVAILABLE_ERRORS):
-        return False
     using = database or default_alias()
+    if classify.store_away(error, using):
+        return False
+    _require_table()
     stored = namespaced(scope, key)
     rules = GiveUp(max_attempts=max_attempts)
     verdict = _failed(using, tenant, stored, rules, None, error, None, sender="task")
@@ -195,9 +303,17 @@ def task_failed(
 
 def task_succeeded(*, scope: str, key: str, tenant: str, database: str | None) -> None:
     """Forget a task's failures, in its transaction (``max_attempts=``)."""
+    _require_table()
     from idempotency_django.consumers import failures
 
     failures.forget(database or default_alias(), tenant, namespaced(scope, key))
 
 
-__all__ = ["aconsume", "consume", "current_call", "task_failed", "task_succeeded"]
+__all__ = [
+    "RunsLost",
+    "aconsume",
+    "consume",
+    "current_call",
+    "task_failed",
+    "task_succeeded",
+]

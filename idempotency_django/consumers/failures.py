@@ -2,31 +2,65 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
 from idempotency_django.consumers.models import ConsumerFailure
 
 
-def count(using: str, tenant: str, key: str, error: BaseException) -> tuple[int, float]:
-    """Add one failure; return the failures so far and the first one's age in seconds.
+def started(using: str, tenant: str, key: str) -> int:
+    """Count a run before it starts, in a statement of its own (autocommit): a run that
+    takes its process down (SIGKILL, the OOM killer, a segfault) is counted too.
+
+    Returns the runs so far that neither finished nor were given up on, this one
+    included. A fresh message costs one ``INSERT``; its row goes with its commit.
+    """
+    inside = connections[using].in_atomic_block  # a caller's transaction: a savepoint
+    try:
+        with transaction.atomic(using=using) if inside else nullcontext():
+            ConsumerFailure.objects.using(using).create(tenant=tenant, key=key, failures=1)
+        return 1
+    except IntegrityError:  # run before: one more
+        pass
+    rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
+    with transaction.atomic(using=using):
+        rows.update(failures=F("failures") + 1)
+        runs = rows.values_list("failures", flat=True).first()
+    return runs or 1
+
+
+def uncount(using: str, tenant: str, key: str) -> None:
+    """Take back :func:`started`'s count: the delivery did not run the handler after all
+    (another consumer held the message, it was done, the store went away)."""
+    rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
+    if not rows.filter(failures__gt=1).update(failures=F("failures") - 1):
+        rows.delete()
+
+
+def count(
+    using: str, tenant: str, key: str, error: BaseException, add: int = 1
+) -> tuple[int, float]:
+    """Add ``add`` failures (0: the run was counted when it started) and note ``error``;
+    return the failures so far and the first one's age in seconds.
 
     Its own short transaction, after the handler's rolled back: the count survives
     the consumer (a SIGKILL, a redeploy), so a poison message is given up on.
     """
     rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
+    noted = repr(error)[:2000]
     with transaction.atomic(using=using):
-        if not rows.update(failures=F("failures") + 1, last_error=repr(error)[:2000]):
+        if not rows.update(failures=F("failures") + add, last_error=noted):
             try:
                 with transaction.atomic(using=using):
                     ConsumerFailure.objects.using(using).create(
-                        tenant=tenant, key=key, failures=1, last_error=repr(error)[:2000]
+                        tenant=tenant, key=key, failures=max(add, 1), last_error=noted
                     )
             except IntegrityError:  # another consumer counted its first failure meanwhile
-                rows.update(failures=F("failures") + 1, last_error=repr(error)[:2000])
+                rows.update(failures=F("failures") + max(add, 1), last_error=noted)
         now = ExpressionWrapper(Now(), output_field=DateTimeField())
         failures, first, current = (
             rows.annotate(now=now).values_list("failures", "first_failed_at", "now").get()

@@ -21,7 +21,8 @@ back; a dead letter is rejected to the queue's dead-letter exchange.
 (expired messages dead-letter back to ``name``) and ``name.dead``. A retry is
 published to ``name.retry`` with the verdict's delay as its expiration, then the
 delivery is acked: killed in between, the message comes back twice and the
-second finds it done (a replay). RabbitMQ expires only a queue's head, so a long
+second finds it done (a replay). The retry keeps the message's properties
+(``correlation_id``, ``reply_to``, ``priority``...) and headers. RabbitMQ expires only a queue's head, so a long
 delay ahead holds the shorter ones behind it for as long. The message id is the
 AMQP ``message_id`` property unless ``key`` says otherwise.
 """
@@ -30,10 +31,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from idempotency_django.consumers.core import consume
 from idempotency_django.consumers.policy import DEAD_LETTER, RETRY, Verdict
+
+#: Properties a retry sets itself; every other one the message had is kept. A
+#: ``user_id`` is dropped: RabbitMQ refuses one that is not the publishing connection's.
+_REPLACED: Final = frozenset(
+    {
+        "content_type",
+        "content_encoding",
+        "application_headers",
+        "expiration",
+        "delivery_mode",
+        "user_id",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,7 @@ def message_id(message: Any, key: Callable[[Any], str] | None = None) -> str:
 def settle(message: Any, verdict: Verdict, *, queues: Queues, producer: Any) -> None:
     """Tell RabbitMQ what the verdict says."""
     if verdict.action == RETRY:
+        kept = {name: value for name, value in message.properties.items() if name not in _REPLACED}
         producer.publish(
             message.body,
             exchange=queues.exchange,
@@ -108,9 +123,9 @@ def settle(message: Any, verdict: Verdict, *, queues: Queues, producer: Any) -> 
             headers=message.headers,
             content_type=message.content_type,
             content_encoding=message.content_encoding,
-            message_id=message.properties.get("message_id"),
             delivery_mode=2,
             retry=True,
+            **kept,  # correlation_id, reply_to, priority, message_id, type, timestamp...
         )
         message.ack()
     elif verdict.action == DEAD_LETTER:

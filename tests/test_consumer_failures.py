@@ -1,0 +1,227 @@
+"""Whose failure it is: the handler's own database errors are failures (counted, then a
+dead letter), the store's are retries; a run that takes its process down is counted
+before it starts; an id the store cannot hold is a verdict, never an exception."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import OperationalError, connection
+from django.test import override_settings
+
+from idempotency_django import signals
+from idempotency_django.consumers import GiveUp, consume
+from idempotency_django.consumers import core as consumer_core
+from idempotency_django.consumers.models import ConsumerFailure
+from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.models import IdempotencyEntry
+from tests.testapp.models import Charge
+
+pytestmark = pytest.mark.django_db
+FAST = GiveUp(max_attempts=3, backoff=1.0, backoff_cap=3.0, unavailable_delay=0.5)
+
+
+class ProcessDied(BaseException):
+    """Stands for SIGKILL in-process: nothing after the handler runs (tests/
+    test_consumer_contract.py kills a real process)."""
+
+
+def charge(reference: str) -> dict[str, int]:
+    return {"charge": Charge.objects.create(reference=reference, amount=1).pk}
+
+
+def verdicts(message_id: str, handler: Any, times: int = 3) -> list[tuple[str, str, int]]:
+    found = [consume(message_id, handler, policy=FAST) for _ in range(times)]
+    return [(v.action, v.outcome, v.failures) for v in found]
+
+
+COUNTED = [("retry", "failed", 1), ("retry", "failed", 2), ("dead_letter", "exhausted", 3)]
+
+
+def test_a_handlers_own_operational_error_is_a_failure_counted_then_dead_lettered() -> None:
+    def times_out() -> None:
+        Charge.objects.create(reference="t", amount=1)
+        raise OperationalError("canceling statement due to statement timeout")
+
+    assert verdicts("m", times_out) == COUNTED
+    assert not Charge.objects.exists()
+
+
+@pytest.mark.requires_postgres
+def test_a_handlers_statement_timeout_is_a_failure_counted_then_dead_lettered() -> None:
+    def slow_query() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '10ms'")
+            cursor.execute("SELECT pg_sleep(5)")
+
+    assert verdicts("slow", slow_query) == COUNTED
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.parametrize("state", ["40P01", "55P03"])  # deadlock_detected, lock_not_available
+def test_a_handlers_deadlock_or_lock_timeout_is_a_failure_counted_then_dead_lettered(
+    state: str,
+) -> None:
+    def raises_on_the_server() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'stuck' USING ERRCODE = '{state}'; END $$")
+
+    assert verdicts(state, raises_on_the_server) == COUNTED
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True)  # the connection really goes
+def test_the_connection_lost_inside_the_handler_is_a_retry_never_a_failure() -> None:
+    def connection_killed() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    for _ in range(4):
+        verdict = consume("gone", connection_killed, policy=FAST)
+        assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
+    assert consume("gone", lambda: charge("gone"), policy=FAST).outcome == "executed"
+    assert not ConsumerFailure.objects.exists()
+
+
+def test_a_database_error_recording_the_result_is_the_store_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.execution import Run
+
+    def away(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(Run, "record", away)
+    for _ in range(4):
+        verdict = consume("m", lambda: charge("m"), policy=FAST)
+        assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
+    assert not ConsumerFailure.objects.filter(failures__gt=0).exists()
+
+
+def test_a_tasks_own_operational_error_counts_toward_max_attempts() -> None:
+    from idempotency_django.consumers.classify import handler_errors
+    from idempotency_django.consumers.core import task_failed
+
+    options: dict[str, Any] = {"scope": "t", "key": "k", "tenant": "", "database": None}
+    with pytest.raises(OperationalError) as raised, handler_errors():
+        raise OperationalError("deadlock detected")
+    assert task_failed(raised.value, max_attempts=2, **options) is False
+    assert task_failed(raised.value, max_attempts=2, **options) is True
+    # The same error met claiming or committing (unmarked) is the store away: never counted.
+    assert task_failed(OperationalError("deadlock detected"), max_attempts=1, **options) is False
+
+
+def test_a_run_that_takes_its_process_down_is_counted_and_then_dead_lettered_unrun() -> None:
+    runs: list[str] = []
+
+    def dies() -> None:
+        runs.append("ran")
+        raise ProcessDied()
+
+    for _ in range(FAST.max_attempts):
+        with pytest.raises(ProcessDied):
+            consume("oom", dies, policy=FAST)
+    with received(signals.dead_lettered) as dead:
+        verdict = consume("oom", dies, policy=FAST)
+    assert (verdict.action, verdict.outcome, verdict.failures) == ("dead_letter", "exhausted", 3)
+    assert "never finished" in str(verdict.error)
+    assert len(runs) == FAST.max_attempts
+    assert [d["attempts"] for d in dead] == [3]
+    # Its key and count are free: the fixed message runs.
+    assert not ConsumerFailure.objects.exists()
+    assert consume("oom", lambda: charge("oom"), policy=FAST).outcome == "executed"
+
+
+def test_a_delivery_that_finds_its_message_done_or_busy_is_not_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    consume("done", lambda: charge("done"))
+    for _ in range(FAST.max_attempts + 2):
+        assert consume("done", lambda: charge("done"), policy=FAST).outcome == "replayed"
+    assert not ConsumerFailure.objects.exists()
+
+    @contextmanager
+    def held(*args: Any, **kwargs: Any) -> Iterator[None]:
+        raise RequestInProgress(retry_after=1)
+        yield
+
+    monkeypatch.setattr(consumer_core, "idempotent_call", held)
+    for _ in range(FAST.max_attempts + 2):
+        assert consume("busy", lambda: charge("busy"), policy=FAST).outcome == "in_progress"
+    assert not ConsumerFailure.objects.exists()
+
+
+@pytest.mark.parametrize("message_id", ["x" * 300, "nul\x00byte", ""])
+def test_an_id_the_store_cannot_hold_is_a_dead_letter_not_an_exception(message_id: str) -> None:
+    with received(signals.dead_lettered) as dead:
+        verdict = consume(message_id, lambda: charge("never"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("dead_letter", "unstorable")
+    assert isinstance(verdict.error, ValueError)
+    assert [d["sender"] for d in dead] == ["consumer"]
+    assert not Charge.objects.exists()
+    assert not IdempotencyEntry.objects.exists()
+    assert consume("healthy", lambda: charge("healthy")).outcome == "executed"
+
+
+def test_a_tenant_the_store_cannot_hold_is_a_dead_letter_too() -> None:
+    verdict = consume("m", lambda: charge("m"), tenant="t" * 300)
+    assert (verdict.action, verdict.outcome) == ("dead_letter", "unstorable")
+
+
+def test_a_wrong_scope_is_still_the_programmers_error() -> None:
+    with pytest.raises(ValueError, match="scope"):
+        consume("m", lambda: charge("m"), scope="")
+
+
+def test_consume_without_the_consumers_app_names_what_to_add() -> None:
+    from django.conf import settings
+
+    apps = [app for app in settings.INSTALLED_APPS if app != "idempotency_django.consumers"]
+    with (
+        override_settings(INSTALLED_APPS=apps),
+        pytest.raises(ImproperlyConfigured, match=r"idempotency_django\.consumers.*INSTALLED_APPS"),
+    ):
+        consume("m", lambda: charge("m"))
+    # The broker's own count needs no table.
+    with override_settings(INSTALLED_APPS=apps):
+        assert consume("n", lambda: charge("n"), attempt=1).outcome == "executed"
+
+
+@contextmanager
+def received(signal: Any) -> Iterator[list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+
+    def receiver(sender: str, **kwargs: Any) -> None:
+        seen.append({"sender": sender, **kwargs})
+
+    signal.connect(receiver)
+    try:
+        yield seen
+    finally:
+        signal.disconnect(receiver)
+
+
+def test_a_celery_and_a_django_task_count_their_own_statement_timeouts_to_max_attempts() -> None:
+    from celery.exceptions import Reject
+
+    from tests.test_task_give_up import broken, celery_charge, django_charge
+
+    timeout = OperationalError("canceling statement due to statement timeout")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(broken, "yes", False)
+        patch.setattr(Charge.objects, "create", lambda **kwargs: _raise(timeout))
+        errors = [celery_charge.apply(args=("r1",), task_id="t-1").result for _ in range(3)]
+        assert [type(error) for error in errors] == [OperationalError, OperationalError, Reject]
+        with received(signals.dead_lettered) as dead:
+            for _ in range(2):
+                with pytest.raises(OperationalError):
+                    django_charge.call("r2")
+        assert [(d["sender"], d["attempts"]) for d in dead] == [("task", 2)]
+
+
+def _raise(error: BaseException) -> None:
+    raise error
