@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from idempotency_django.conformance.scenarios import FAIL, Answer, Options, Result, run_scenarios
+from idempotency_django.conformance.scenarios import (
+    FAIL,
+    KEY_FORMATS,
+    PROFILES,
+    Answer,
+    Options,
+    Result,
+    run_scenarios,
+)
 from idempotency_django.exceptions import (
     PROBLEM_BASE,
     IdempotencyError,
@@ -249,20 +257,32 @@ def run_conformance(
     header: str | None = None,
     only: Sequence[str] | None = None,
     patience: float = 10.0,
+    profile: str = "strict",
+    key_format: str = "token",
 ) -> list[Result]:
     """Run the conformance scenarios (docs/verify.rst) on ``path`` through ``client``.
 
     ``other_client`` is a second caller (other credentials): without it, the
     ``other-caller`` scenario is not run. ``executions`` counts the view's effects
-    (e.g. ``Charge.objects.count``) and makes "nothing ran" exact. Concurrent scenarios
+    (e.g. ``Charge.objects.count``), read before and after each scenario: "nothing ran"
+    is then exact. ``profile`` is ``"strict"`` (this library's contract) or ``"draft"``
+    (the IETF draft's requirements; its recommendations become ``Result.warnings``);
+    ``key_format`` ``"token"`` or ``"uuid"`` (plain UUIDs). Concurrent scenarios
     (the storm, an in-flight duplicate) need a test that commits (``transaction=True``);
     inside a ``TestCase`` the storm runs sequentially and the in-flight one is not run.
     """
     from idempotency_django.conf import conf
 
     transport = ClientTransport(client, path, other_client)
+    if profile not in PROFILES or key_format not in KEY_FORMATS:
+        raise ValueError(f"profile is one of {PROFILES}, key_format one of {KEY_FORMATS}")
     options = Options(
-        id_field=id_field, executions=executions, header=header or conf.HEADER, patience=patience
+        id_field=id_field,
+        executions=executions,
+        header=header or conf.HEADER,
+        patience=patience,
+        profile=profile,
+        key_format=key_format,
     )
     if body is not None:
         options.body = dict(body)

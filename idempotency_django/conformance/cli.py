@@ -1,8 +1,9 @@
-"""The command line: parse, run every scenario over HTTP, print the table, exit 0 or 1."""
+"""The command line: parse, run every scenario over HTTP, print the table, exit 0, 1 or 2."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -10,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from idempotency_django.conformance.report import table, write_json
-from idempotency_django.conformance.scenarios import DEFAULT_BODY, Options, failures, run_scenarios
+from idempotency_django.conformance.scenarios import (
+    DEFAULT_BODY,
+    KEY_FORMATS,
+    KEY_HEADER,
+    PROFILES,
+    STRICT,
+    Options,
+    failures,
+    run_scenarios,
+)
+
+USAGE_ERROR = 2
 
 
 def header(text: str) -> tuple[str, str]:
@@ -34,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(
         prog="python -m idempotency_django.conformance",
         description="Judge a live endpoint protected by Idempotency-Key against the contract "
-        "of docs/http.rst. Exit status 0 when every scenario that ran passed, 1 otherwise.",
+        "of docs/http.rst (or the IETF draft's, --profile draft). Exit status 0 when every "
+        "scenario that ran passed, 1 when any failed, 2 on a usage error.",
     )
     cli.add_argument("url", metavar="URL", help="an endpoint that creates something on POST")
     cli.add_argument(
@@ -60,6 +73,28 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument(
         "--id-field", default="id", help="the answer's JSON field naming what was created"
     )
+    cli.add_argument(
+        "--key-header", default=KEY_HEADER, metavar="NAME", help="the key's header name"
+    )
+    cli.add_argument(
+        "--key-format",
+        choices=KEY_FORMATS,
+        default="token",
+        help="token (default): conformance-<uuid4>; uuid: a plain uuid4",
+    )
+    cli.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=STRICT,
+        help="strict (default): this library's contract; draft: the IETF draft's requirements, "
+        "its recommendations reported as warnings",
+    )
+    cli.add_argument(
+        "--count-url",
+        metavar="URL",
+        help='a GET answering the number of effects so far (an integer or {"count": n}), '
+        "read before and after each scenario",
+    )
     cli.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
     return cli
 
@@ -69,14 +104,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     from idempotency_django.conformance.http import HttpTransport
 
     transport = HttpTransport(args.url, dict(args.header), dict(args.other_caller_header))
-    options = Options(body=args.body, id_field=args.id_field, progress=_progress)
+    options = Options(
+        body=args.body,
+        id_field=args.id_field,
+        header=args.key_header,
+        key_format=args.key_format,
+        profile=args.profile,
+        progress=_progress,
+    )
     try:
+        if args.count_url:
+            try:
+                transport.count(args.count_url)
+            except ValueError as error:
+                print(f"--count-url {args.count_url}: {error}", file=sys.stderr)
+                return USAGE_ERROR
+            options.executions = functools.partial(transport.count, args.count_url)
         results = run_scenarios(transport, options)
     finally:
         transport.close()
     print(table(results))
     if args.json is not None:
-        write_json(args.json, args.url, results)
+        write_json(args.json, args.url, results, args.profile)
     return 1 if any(True for _ in failures(results)) else 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
@@ -46,6 +48,16 @@ class HttpTransport:
         found = {name.lower(): value for name, value in response.headers.items()}
         return Answer(response.status_code, found, response.content)
 
+    def count(self, url: str) -> int:
+        """GET ``url`` as the main caller: the effects so far (``ValueError`` if unreadable)."""
+        try:
+            response = self._main.get(url)
+        except httpx.HTTPError as error:
+            raise ValueError(f"{type(error).__name__}: {error}") from None
+        if response.status_code != 200:
+            raise ValueError(f"{response.status_code} {response.text[:120]}")
+        return parse_count(response.content)
+
     def close(self) -> None:
         self._main.close()
         self._other.close()
@@ -54,3 +66,16 @@ class HttpTransport:
 def _bytes(value: str | bytes) -> bytes:
     # A non-ASCII key is sent as its UTF-8 bytes, as a misbehaving client would.
     return value if isinstance(value, bytes) else value.encode("latin-1")
+
+
+def parse_count(text: bytes) -> int:
+    """A count URL's answer: a bare integer, or a JSON object ``{"count": n}``."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text[:120]!r}") from None
+    if isinstance(data, dict):
+        data = data.get("count")
+    if not isinstance(data, int) or isinstance(data, bool):
+        raise ValueError(f'expected an integer or {{"count": n}}, got {text[:120]!r}')
+    return data

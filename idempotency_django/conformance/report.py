@@ -20,23 +20,27 @@ def table(results: Sequence[Result], width: int = 100) -> str:
     for result in results:
         lines.append(f"{MARKS[result.verdict]:7}  {result.name:{name_width}}  {result.requests:8}")
         shown = result.evidence if result.verdict == FAIL else result.evidence[-2:-1]
+        shown = [*shown, *(f"warning: {warning}" for warning in result.warnings)]
         for line in shown:
             lines += textwrap.wrap(
                 line, width, initial_indent="         ", subsequent_indent="           "
             )
     passed = sum(r.verdict == "pass" for r in results)
     failed = sum(r.verdict == FAIL for r in results)
-    lines.append(f"{passed} passed, {failed} failed, {len(results) - passed - failed} not run")
+    warned = sum(len(r.warnings) for r in results)
+    summary = f"{passed} passed, {failed} failed, {len(results) - passed - failed} not run"
+    lines.append(summary + (f", {warned} warnings" if warned else ""))
     return "\n".join(lines)
 
 
-def as_json(url: str, results: Sequence[Result]) -> dict[str, Any]:
+def as_json(url: str, results: Sequence[Result], profile: str = "strict") -> dict[str, Any]:
     return {
         "url": url,
+        "profile": profile,
         "passed": not any(r.verdict == FAIL for r in results),
         "scenarios": [r.as_dict() for r in results],
     }
 
 
-def write_json(path: Path, url: str, results: Sequence[Result]) -> None:
-    path.write_text(json.dumps(as_json(url, results), indent=2) + "\n")
+def write_json(path: Path, url: str, results: Sequence[Result], profile: str = "strict") -> None:
+    path.write_text(json.dumps(as_json(url, results, profile), indent=2) + "\n")

@@ -2,9 +2,18 @@
 
 Each scenario sends requests through a :class:`Transport` (HTTP for the command line,
 Django's test client for a test suite) and returns a :class:`Result`: a verdict
-(``pass``, ``fail`` or ``not run``) and the evidence it rests on. Nothing here reads
-the server's database: an execution is seen through the id its answer carries (the
-JSON field ``id_field``), and, in a test suite, through an ``executions`` counter.
+(``pass``, ``fail`` or ``not run``), the evidence it rests on, and warnings. Nothing
+here reads the server's database. Executions are counted, never inferred from what an
+answer claims: through the id each answer carries (the JSON field ``id_field``),
+compared with the first answer's; through the gap between the ids of fresh requests
+made before and after; and, when given, through an ``executions`` counter (a callable,
+or ``--count-url``) read before and after each scenario. ``Idempotent-Replayed`` is
+reported, not trusted.
+
+Two profiles: ``strict`` judges this library's contract (docs/http.rst); ``draft`` the
+IETF draft (draft-ietf-httpapi-idempotency-key-header), whose recommendations
+(problem+json, ``Retry-After``, a replay header, a byte-identical replay) are then
+warnings, not failures.
 """
 
 from __future__ import annotations
@@ -28,6 +37,13 @@ TRANSIENT_4XX = frozenset({408, 409, 425, 429})
 REFUSALS = frozenset({401, 403})  # answered before any claim, never stored
 OVERSIZED = 300  # over any allowed IDEMPOTENCY_KEY_MAX_LENGTH (the column holds 255)
 DEFAULT_BODY: dict[str, Any] = {"amount": 100, "currency": "eur"}
+STRICT, DRAFT = "strict", "draft"
+PROFILES = (STRICT, DRAFT)
+KEY_FORMATS = ("token", "uuid")
+HOOKS_NEEDED = (
+    "needs the test hooks (conformance_hooks under the protection and "
+    "IDEMPOTENCY_CONFORMANCE_HOOKS = True; docs/verify.rst)"
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,8 @@ class Options:
     body: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_BODY))
     id_field: str = "id"
     header: str = KEY_HEADER
+    key_format: str = "token"  # "token": conformance-<uuid4>; "uuid": a plain uuid4
+    profile: str = STRICT
     storm_keys: int = 4
     storm_duplicates: int = 6
     storm_threads: int = 24
@@ -113,6 +131,7 @@ class Result:
     verdict: str
     evidence: list[str] = field(default_factory=list)
     requests: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -124,6 +143,7 @@ class Result:
             "verdict": self.verdict,
             "evidence": self.evidence,
             "requests": self.requests,
+            "warnings": self.warnings,
         }
 
 
@@ -144,6 +164,9 @@ class Run:
         self._counting = threading.Lock()
         self.hooks: bool | None = None  # learnt by the transient-5xx scenario
         self.notes: list[str] = []
+        self.warnings: list[str] = []
+        # Executions the current scenario should have caused; None: it cannot tell.
+        self.expected: int | None = 0
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -189,18 +212,37 @@ class Run:
     def note(self, text: str) -> None:
         self.notes.append(text)
 
+    def expect(self, executions: int) -> None:
+        """The current scenario causes ``executions`` more (unless it cannot tell)."""
+        if self.expected is not None:
+            self.expected += executions
+
+    def recommend(self, kept: bool, broken: str) -> None:
+        """A rule the draft only recommends: a failure under ``strict``, a warning under ``draft``."""
+        if kept:
+            return
+        if self.options.profile == DRAFT:
+            self.warnings.append(broken)
+            return
+        raise Failed(f"{broken} (the draft recommends it, this library's contract requires it)")
+
+    def new_key(self) -> str:
+        return new_key(self.options.key_format)
+
     def create(self, key: str | None = None) -> tuple[str, Answer, Any]:
         """A fresh execution: ``(key, answer, id)``; :class:`Failed` if none came."""
-        key = key or new_key()
+        key = key or self.new_key()
         answer = self.post(key)
         ident = self.ident(answer)
         if not 200 <= answer.status < 300 or answer.replayed or ident is None:
             raise Failed(f"a fresh key did not create: {answer.show()}{diagnose(answer, self)}")
+        self.expect(1)
         return key, answer, ident
 
 
-def new_key() -> str:
-    return f"conformance-{uuid.uuid4()}"
+def new_key(key_format: str = "token") -> str:
+    plain = str(uuid.uuid4())
+    return plain if key_format == "uuid" else f"conformance-{plain}"
 
 
 def diagnose(answer: Answer, run: Run) -> str:
@@ -225,7 +267,7 @@ def diagnose(answer: Answer, run: Run) -> str:
 
 
 def replay(run: Run) -> None:
-    """A retry with the same key and body replays the first answer byte for byte,
+    """A retry with the same key and body replays the first answer and creates nothing,
     marked as the Python client marks its retries (``Idempotency-Retry``) or not."""
     key, first, ident = run.create()
     before = run.executions()
@@ -235,17 +277,26 @@ def replay(run: Run) -> None:
     for what, extra in (("marked retry", {"Idempotency-Retry": "1"}), ("retry", None)):
         second = run.post(key, extra=extra)
         run.note(f"{what}: {second.show()}")
-        if not second.replayed:
-            raise Failed(
-                f"the {what} carries no 'Idempotent-Replayed: true'{ran_again(run, second)}"
-            )
-        if second.status != first.status or second.body != first.body:
-            raise Failed(f"the {what}'s status or body differs from the first answer")
-        for name in ("content-type", "location"):
-            if first.headers.get(name) != second.headers.get(name):
-                raise Failed(f"the {what}'s {name} differs: {second.headers.get(name)!r}")
+        judge_replay(run, f"the {what}", first, ident, second)
     expect_no_execution(run, before, "the retries")
+    expect_gap(run, ident, 0, "the retries")
     run.note(f"one execution, id {ident!r}")
+
+
+def judge_replay(run: Run, what: str, first: Answer, ident: Any, again: Answer) -> None:
+    """``again`` is ``first`` replayed: same status, no new id; the same bytes and header."""
+    if run.ident(again) not in (None, ident):
+        raise Failed(f"{what} executed again (new id {run.ident(again)!r}, the first {ident!r})")
+    if again.status != first.status:
+        raise Failed(f"{what} is not the first answer: {again.show()}")
+    same = again.body == first.body and all(
+        first.headers.get(name) == again.headers.get(name) for name in ("content-type", "location")
+    )
+    run.recommend(same, f"{what}'s body, Content-Type or Location differs from the first answer")
+    run.recommend(
+        again.replayed,
+        f"{what} replays the first answer (same id {ident!r}) without 'Idempotent-Replayed: true'",
+    )
 
 
 def ran_again(run: Run, answer: Answer) -> str:
@@ -259,20 +310,42 @@ def expect_no_execution(run: Run, before: int | None, what: str) -> None:
         raise Failed(f"{what} ran the view: executions went from {before} to {after}")
 
 
+def expect_gap(run: Run, before_id: Any, between: int, what: str) -> None:
+    """Two fresh requests after ``before_id``: their ids must leave room for ``between`` more.
+
+    Integer ids only, and a quiet server: another client writing meanwhile fails this.
+    """
+    _, _, after_id = run.create()
+    _, _, last_id = run.create()
+    run.note(f"ids around {what}: {before_id!r}, then {after_id!r}, {last_id!r}")
+    ids = (before_id, after_id, last_id)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        run.note("the ids are not integers: no id-gap check (--count-url counts instead)")
+        return
+    step = last_id - after_id
+    if step > 0 and after_id - before_id != step * (between + 1):
+        made = (after_id - before_id) // step - 1
+        raise Failed(
+            f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): {made} "
+            f"created in between where {between} should have been (or another client wrote "
+            "meanwhile)"
+        )
+
+
 def mismatch(run: Run) -> None:
-    """Another body with a used key: 422 problem+json, nothing runs, nothing revealed."""
+    """Another body with a used key: 422, nothing runs, nothing revealed."""
     key, first, ident = run.create()
     before = run.executions()
     other = run.post(key, run.body(variant=1))
     run.note(f"another body: {other.show()}")
-    if other.status != 422 or not other.problem:
-        raise Failed(f"expected 422 problem+json, got {other.show()}{ran_again(run, other)}")
+    if other.status != 422:
+        raise Failed(f"expected 422, got {other.show()}{ran_again(run, other)}")
+    run.recommend(other.problem, f"the 422 is not problem+json: {other.show()}")
     if other.replayed or run.ident(other) is not None or first.body in other.body:
         raise Failed("the 422 reveals the stored answer")
     expect_no_execution(run, before, "the request with another body")
     again = run.post(key)
-    if not (again.replayed and again.body == first.body):
-        raise Failed(f"after the 422 the first body no longer replays: {again.show()}")
+    judge_replay(run, "after the 422, the first body's retry", first, ident, again)
     run.note(f"the first body still replays id {ident!r}")
 
 
@@ -283,40 +356,31 @@ def bad_key(key: str | bytes | None, what: str) -> Callable[[Run], None]:
         for attempt in (1, 2):
             answer = run.post(key)
             run.note(f"{what}, attempt {attempt}: {answer.show()}")
-            if answer.status != 400 or not answer.problem:
-                raise Failed(f"{what}: expected 400 problem+json{ran_again(run, answer)}")
+            if answer.status != 400:
+                raise Failed(f"{what}: expected 400, got {answer.show()}{ran_again(run, answer)}")
+            run.recommend(answer.problem, f"{what}: the 400 is not problem+json")
             if answer.replayed or run.ident(answer) is not None:
                 raise Failed(f"{what}: the 400 carries an id or a replay")
         expect_no_execution(run, before, what)
-        _, _, after_id = run.create()
-        _, _, last_id = run.create()
-        run.note(f"ids around it: {before_id!r}, then {after_id!r}, {last_id!r}")
-        ids = (before_id, after_id, last_id)
-        if all(isinstance(i, int) for i in ids) and after_id - before_id != last_id - after_id:
-            raise Failed(
-                f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): "
-                "something was created in between (or another client wrote meanwhile)"
-            )
+        expect_gap(run, before_id, 0, what)
 
-    scenario.__doc__ = f"{what}: 400 problem+json and nothing runs."
+    scenario.__doc__ = f"{what}: 400 and nothing runs."
     return scenario
 
 
 def storm(run: Run) -> None:
     """N keys x M concurrent duplicates: one execution per key; replays or 409 otherwise."""
     opts = run.options
-    keys = [new_key() for _ in range(opts.storm_keys)]
+    _, _, before_id = run.create()
+    keys = [run.new_key() for _ in range(opts.storm_keys)]
     jobs = [key for key in keys for _ in range(opts.storm_duplicates)]
-    before = run.executions()
     answers = _storm_answers(run, jobs)
-    fresh = 0
     for key in keys:
-        fresh += _judge_key(run, key, answers[key])
-    after = run.executions()
-    if before is not None and after is not None and after - before != fresh:
-        raise Failed(f"{after - before} executions for {fresh} fresh answers")
+        _judge_key(run, key, answers[key])
     mode = "concurrent" if run.transport.concurrent else "sequential (the test holds a transaction)"
-    run.note(f"{len(jobs)} requests, {mode}: {fresh} executions for {len(keys)} keys")
+    run.note(f"{len(jobs)} requests, {mode}: one id per key for {len(keys)} keys")
+    run.expect(len(keys))
+    expect_gap(run, before_id, len(keys), "the storm")
 
 
 def _storm_answers(run: Run, jobs: list[str]) -> dict[str, list[Answer]]:
@@ -341,41 +405,47 @@ def _storm_answers(run: Run, jobs: list[str]) -> dict[str, list[Answer]]:
     return answers
 
 
-def _judge_key(run: Run, key: str, answers: list[Answer]) -> int:
-    """The number of fresh executions for ``key`` (0 or 1); :class:`Failed` otherwise."""
-    ids = {run.ident(a) for a in answers if 200 <= a.status < 300} - {None}
+def _judge_key(run: Run, key: str, answers: list[Answer]) -> None:
+    """One id for ``key`` across its answers; every other answer a replay of it or a 409."""
+    created = [a for a in answers if 200 <= a.status < 300]
+    ids = {run.ident(a) for a in created} - {None}
     if len(ids) > 1:
         raise Failed(
             f"key {key}: {len(ids)} different ids {sorted(map(repr, ids))}: executed twice"
         )
-    fresh = [a for a in answers if 200 <= a.status < 300 and not a.replayed]
-    if len(fresh) > 1:
-        raise Failed(f"key {key}: {len(fresh)} fresh answers, none of them a replay")
     for answer in answers:
         if answer.status == 409:
-            expect_retry_after(answer)
+            expect_retry_after(run, answer)
         elif not (200 <= answer.status < 300):
             raise Failed(f"key {key}: an answer neither a replay nor a 409: {answer.show()}")
-        elif answer.replayed and fresh and answer.body != fresh[0].body:
-            raise Failed(f"key {key}: a replay differs from the first answer")
     follow = run.post(key)
-    if fresh and not (follow.replayed and follow.body == fresh[0].body):
-        raise Failed(f"key {key}: after the storm the key does not replay: {follow.show()}")
-    return len(fresh) + (0 if fresh or follow.replayed else 1)
+    if not created:  # every duplicate got 409: the key is free or done, the follow-up says
+        if not 200 <= follow.status < 300:
+            raise Failed(f"key {key}: after the storm the key does not replay: {follow.show()}")
+        return
+    first = next((a for a in created if not a.replayed), created[0])
+    unmarked = sum(not a.replayed for a in created)
+    run.recommend(
+        unmarked <= 1,
+        f"key {key}: {unmarked} answers with the same id and no 'Idempotent-Replayed: true'",
+    )
+    run.recommend(
+        all(a.body == first.body for a in created), f"key {key}: a replay differs from the first"
+    )
+    (ident,) = ids or {None}
+    judge_replay(run, f"key {key}: the follow-up after the storm", first, ident, follow)
 
 
-def expect_retry_after(answer: Answer) -> None:
-    if not answer.problem:
-        raise Failed(f"a 409 that is not problem+json: {answer.show()}")
+def expect_retry_after(run: Run, answer: Answer) -> None:
+    run.recommend(answer.problem, f"a 409 that is not problem+json: {answer.show()}")
     value = answer.headers.get("retry-after", "")
-    if not value.isdigit():
-        raise Failed(f"a 409 without an integer Retry-After (got {value!r})")
+    run.recommend(value.isdigit(), f"a 409 without an integer Retry-After (got {value!r})")
 
 
 def other_caller(run: Run) -> None:
     """Another caller with the same key and body gets an answer of its own."""
     if not run.transport.has_other_caller:
-        raise Skipped("no second caller's credentials (--other-caller-header)")
+        raise Skipped("needs a second caller's credentials (--other-caller-header)")
     key, first, ident = run.create()
     theirs = run.post(key, other=True)
     run.note(f"first caller: {first.show()}")
@@ -384,6 +454,7 @@ def other_caller(run: Run) -> None:
         raise Failed("the other caller got the first caller's answer")
     if not 200 <= theirs.status < 300 or run.ident(theirs) is None:
         raise Failed(f"the other caller's request did not create{diagnose(theirs, run)}")
+    run.expect(1)
 
 
 def probe_hooks(run: Run, key: str) -> Answer:
@@ -395,11 +466,11 @@ def probe_hooks(run: Run, key: str) -> Answer:
 
 def transient(run: Run) -> None:
     """A transient failure (503) is not stored: the retry runs afresh."""
-    key = new_key()
+    key = run.new_key()
     before = run.executions()
     failed = probe_hooks(run, key)
     if not failed.hooked:
-        raise Skipped(f"the endpoint offers no test hooks ({FAIL_HEADER} was ignored)")
+        raise Skipped(f"{HOOKS_NEEDED}: {FAIL_HEADER} was ignored")
     run.note(f"failing request: {failed.show()}")
     if failed.status != 503:
         raise Failed(f"the hook asked for 503, the answer was {failed.show()}")
@@ -410,45 +481,68 @@ def transient(run: Run) -> None:
         raise Failed("the transient failure was stored and replayed")
     if not 200 <= retry.status < 300 or run.ident(retry) is None:
         raise Failed(f"the retry did not run afresh{diagnose(retry, run)}")
+    run.expect(1)
 
 
 def final_4xx(run: Run) -> None:
     """A final 4xx is stored and replayed like a success."""
+    run.expected = None  # whether a refused request's writes stay is the view's business
     if run.hooks is None:
-        probe_hooks(run, new_key())
+        probe_hooks(run, run.new_key())
     if run.hooks:
-        key = new_key()
+        key = run.new_key()
         first = run.post(key, extra={FAIL_HEADER: "422"})
         body: bytes | None = None
     else:
-        key, body = new_key(), b"[]"  # a JSON array: most create endpoints refuse it
+        key, body = run.new_key(), b"[]"  # a JSON array: most create endpoints refuse it
         first = run.post(key, body)
     run.note(f"refused request: {first.show()}")
     if 200 <= first.status < 300 or first.status == 0:
-        raise Skipped("the endpoint accepted a JSON array: enable the test hooks to judge")
+        raise Skipped(f"the endpoint accepted a JSON array: {HOOKS_NEEDED}")
     if first.status in REFUSALS | TRANSIENT_4XX or first.status >= 500:
-        raise Skipped(f"{first.status} is not a final 4xx: enable the test hooks to judge")
+        raise Skipped(f"{first.status} is not a final 4xx: {HOOKS_NEEDED}")
     retry = run.post(key, body)
     run.note(f"retry: {retry.show()}")
-    if retry.replayed and retry.status == first.status and retry.body == first.body:
-        return
-    if run.hooks:
+    if retry.status == first.status and retry.body == first.body:
+        if run.hooks or retry.replayed:
+            run.recommend(retry.replayed, "the replayed 4xx carries no 'Idempotent-Replayed: true'")
+            return
+    elif run.hooks:
         raise Failed(f"the final {first.status} was not replayed{ran_again(run, retry)}")
-    follow = run.post(key)  # the valid body with the same key
+    _final_4xx_without_hooks(run, key, first, retry)
+
+
+def _final_4xx_without_hooks(run: Run, key: str, first: Answer, retry: Answer) -> None:
+    """Was the refusal stored? Only a follow-up with the valid body and the same key tells."""
+    follow = run.post(key)
+    run.note(f"valid body, same key: {follow.show()}")
     if 200 <= follow.status < 300 and not follow.replayed:
         raise Skipped(
             f"the {first.status} came before the protection (e.g. schema validation outside "
-            "the protected view): enable the test hooks to judge"
+            f"the protected view), nothing was stored: {HOOKS_NEEDED}"
         )
-    raise Failed(f"the final {first.status} was stored but not replayed")
+    if follow.status not in (409, 422):
+        raise Skipped(
+            f"the follow-up was refused for another reason ({follow.status}): whether the "
+            f"{first.status} was stored cannot be told; {HOOKS_NEEDED}"
+        )
+    if retry.status == first.status and retry.body == first.body:
+        # Stored (the key is taken) and answered alike: a replay without the header.
+        run.recommend(False, "the replayed 4xx carries no 'Idempotent-Replayed: true'")
+        return
+    raise Failed(
+        f"the final {first.status} was stored (the valid body then got {follow.status}) "
+        "but not replayed"
+    )
 
 
 def in_flight(run: Run) -> None:
     """A duplicate while the first request is still running gets 409 with Retry-After."""
+    run.expected = None  # the rendezvous over HTTP may take several attempts
     if run.hooks is None:
-        probe_hooks(run, new_key())
+        probe_hooks(run, run.new_key())
     if not run.hooks:
-        raise Skipped("the endpoint offers no test hooks")
+        raise Skipped(HOOKS_NEEDED)
     if not run.transport.concurrent:
         raise Skipped("needs concurrent requests (a transactional test: transaction=True)")
     if run.transport.in_process:
@@ -460,7 +554,7 @@ def in_flight(run: Run) -> None:
 def _in_flight_by_event(run: Run) -> None:
     from idempotency_django.conformance import hooks
 
-    key = new_key()
+    key = run.new_key()
     with ThreadPoolExecutor(2, thread_name_prefix="conformance-hold") as pool:
         held = pool.submit(run.post, key, None, extra={HOLD_HEADER: str(hooks.MAX_HOLD)})
         try:
@@ -481,7 +575,7 @@ def _in_flight_by_event(run: Run) -> None:
 def _in_flight_by_time(run: Run) -> None:
     seconds = str(run.options.hold)
     for _ in range(3):
-        key = new_key()
+        key = run.new_key()
         with ThreadPoolExecutor(2, thread_name_prefix="conformance-hold") as pool:
             answers = list(
                 pool.map(lambda k: run.post(k, extra={HOLD_HEADER: seconds}), [key, key])
@@ -490,11 +584,13 @@ def _in_flight_by_time(run: Run) -> None:
             first, second = sorted(answers, key=lambda a: a.status == 409)
             _judge_in_flight(run, key, first, second)
             return
-        if sum(200 <= a.status < 300 and not a.replayed for a in answers) > 1:
+        ids = {run.ident(a) for a in answers if 200 <= a.status < 300} - {None}
+        if len(ids) > 1:
             raise Failed(f"both requests executed: {[a.show() for a in answers]}")
         run.note(f"no overlap: {[a.show() for a in answers]}")
     raise Skipped(
-        "the duplicate never arrived while the first was held (one worker? IDEMPOTENCY_WAIT?)"
+        "needs a duplicate in flight: it never arrived while the first was held "
+        "(one worker? IDEMPOTENCY_WAIT?)"
     )
 
 
@@ -503,12 +599,11 @@ def _judge_in_flight(run: Run, key: str, first: Answer, second: Answer) -> None:
     run.note(f"duplicate: {second.show()}")
     if second.status != 409:
         raise Failed(f"the duplicate got {second.show()}, not 409{ran_again(run, second)}")
-    expect_retry_after(second)
+    expect_retry_after(run, second)
     if not 200 <= first.status < 300:
         raise Failed(f"the held request failed: {first.show()}")
     later = run.post(key)
-    if not (later.replayed and later.body == first.body):
-        raise Failed(f"once the first finished, the key does not replay: {later.show()}")
+    judge_replay(run, "once the first finished, the retry", first, run.ident(first), later)
 
 
 SCENARIOS: Sequence[tuple[str, Callable[[Run], None]]] = (
@@ -540,18 +635,36 @@ def run_scenarios(
 
 
 def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
-    run.notes, start, sent = [], time.monotonic(), run.sent
+    run.notes, run.warnings, run.expected = [], [], 0
+    start, sent = time.monotonic(), run.sent
     if run.options.progress:
         run.options.progress(f"{name} …")
+    before = run.executions()
     try:
         scenario(run)
         verdict, evidence = PASS, list(run.notes)
+        counted(run, before, evidence)
     except Failed as failed:
         verdict, evidence = FAIL, [*run.notes, str(failed)]
     except Skipped as skipped:
         verdict, evidence = NOT_RUN, [*run.notes, str(skipped)]
     evidence.append(f"{run.sent - sent} requests in {time.monotonic() - start:.1f} s")
-    return Result(name, verdict, evidence, run.sent - sent)
+    return Result(name, verdict, evidence, run.sent - sent, list(run.warnings))
+
+
+def counted(run: Run, before: int | None, evidence: list[str]) -> None:
+    """The effects counted across a passing scenario against those it caused: :class:`Failed`."""
+    after = run.executions()
+    if before is None or after is None:
+        return
+    made, expected = after - before, run.expected
+    if expected is None:
+        evidence.append(f"{made} effects counted (this scenario cannot tell how many to expect)")
+        return
+    line = f"{made} effects counted, {expected} expected"
+    if made != expected:
+        raise Failed(f"{line}: something ran that no answer shows")
+    evidence.append(line)
 
 
 def failures(results: Sequence[Result]) -> Iterator[Result]:

@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 
 from idempotency_django.conformance.cli import main, parser
+from idempotency_django.conformance.http import parse_count
 from idempotency_django.conformance.scenarios import Answer, Options, Run, diagnose
 
 # The runner's judgement does not depend on the database: one tier runs it (CI's time);
@@ -95,6 +96,8 @@ def test_the_other_hints_name_their_cause() -> None:
         ["http://x/", "--header", "no colon"],
         ["http://x/", "--body", "[1]"],
         ["http://x/", "--body", "{"],
+        ["http://x/", "--profile", "lenient"],
+        ["http://x/", "--key-format", "ulid"],
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
@@ -113,3 +116,43 @@ def test_python_dash_m_calls_main(
         runpy.run_module("idempotency_django.conformance", run_name="__main__")
     assert exit_.value.code == 0
     assert "--other-caller-header" in capsys.readouterr().out
+
+
+def test_the_count_url_reads_back_executions_that_a_stamped_replay_hides(
+    http_server: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "results.json"
+    argv = [f"{http_server}/toys/reexecutes-stamping-replayed/", "--json", str(out)]
+    assert main([*argv, "--count-url", f"{http_server}/count/"]) == 1
+    (replay,) = (s for s in json.loads(out.read_text())["scenarios"] if s["name"] == "replay")
+    assert replay["verdict"] == "fail"
+    assert "the retries ran the view: executions went from" in replay["evidence"][-2]
+
+
+def test_an_endpoint_keyed_by_another_header_passes_with_key_header(
+    http_server: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "results.json"
+    argv = [f"{http_server}/others/keyed-by-request-id/", "--key-header", "X-Request-ID"]
+    argv += ["--key-format", "uuid", "--count-url", f"{http_server}/count/", "--json", str(out)]
+    assert main(argv) == 0, out.read_text()
+    assert _verdicts(out)["replay"] == "pass"
+
+
+def test_an_unreadable_count_url_is_a_usage_error(
+    http_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{http_server}/conformance/function/"
+    assert main([url, "--count-url", f"{http_server}/no-such-count/"]) == 2
+    assert "--count-url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "count"), [(b"7", 7), (b' {"count": 12} ', 12)])
+def test_the_count_url_answers_a_bare_integer_or_a_count_object(text: bytes, count: int) -> None:
+    assert parse_count(text) == count
+
+
+@pytest.mark.parametrize("text", [b"", b"seven", b'{"total": 3}', b"[1]", b"true"])
+def test_a_count_url_answering_anything_else_is_refused(text: bytes) -> None:
+    with pytest.raises(ValueError):
+        parse_count(text)

@@ -48,6 +48,10 @@ BROKEN = [
     ("/toys/final-4xx-not-stored/", "final-4xx-replayed", True),
     ("/toys/unprotected/", "in-flight-409", True),
     ("/toys/waits-when-in-flight/", "in-flight-409", True),
+    ("/toys/reexecutes-stamping-replayed/", "replay", True),
+    ("/toys/reexecutes-stamping-replayed/", "replay", False),
+    ("/toys/reexecutes-stamping-replayed/", "storm", True),
+    ("/toys/reexecutes-stamping-replayed/", "storm", False),
 ]
 
 
@@ -115,3 +119,65 @@ def test_inside_a_test_transaction_the_storm_is_sequential_and_in_flight_not_run
     assert "sequential" in results["storm"].evidence[0]
     assert results["in-flight-409"].verdict == NOT_RUN
     assert "transaction=True" in results["in-flight-409"].evidence[-2]
+
+
+@pytest.mark.parametrize("scenario", ["replay", "storm"])
+@pytest.mark.parametrize("profile", ["strict", "draft"])
+def test_a_replay_header_stamped_on_a_second_execution_is_not_believed(
+    scenario: str, profile: str, callers: tuple[Client, Client]
+) -> None:
+    (result,) = run_conformance(
+        callers[0], "/toys/reexecutes-stamping-replayed/", only=[scenario], profile=profile
+    )
+    assert result.verdict == FAIL, result
+    assert "ids jumped" in result.evidence[-2]
+
+
+@pytest.mark.parametrize("scenario", ["replay", "storm"])
+def test_a_correct_replay_without_the_replay_header_passes_the_draft_with_a_warning(
+    scenario: str, callers: tuple[Client, Client]
+) -> None:
+    (result,) = run_conformance(
+        callers[0], "/toys/replay-without-header/", only=[scenario], profile="draft"
+    )
+    assert result.verdict == PASS, result
+    assert any("Idempotent-Replayed" in warning for warning in result.warnings), result
+
+
+def test_under_strict_a_replay_without_the_header_fails_for_the_header_not_as_a_new_execution(
+    callers: tuple[Client, Client],
+) -> None:
+    (result,) = run_conformance(callers[0], "/toys/replay-without-header/", only=["replay"])
+    assert result.verdict == FAIL, result
+    assert "executed again" not in result.evidence[-2]
+    assert "without 'Idempotent-Replayed: true'" in result.evidence[-2]
+
+
+def test_an_endpoint_keyed_by_another_header_passes_when_the_runner_sends_that_header(
+    callers: tuple[Client, Client],
+) -> None:
+    path = "/others/keyed-by-request-id/"
+    scenarios = ["replay", "mismatch-422", "key-missing-400", "storm", "other-caller"]
+    first, second = callers
+    results = run_conformance(
+        first,
+        path,
+        other_client=second,
+        executions=executions,
+        header="X-Request-ID",
+        key_format="uuid",
+        only=scenarios,
+    )
+    assert {r.name: r.verdict for r in results} == dict.fromkeys(scenarios, PASS), results
+    (wrong,) = run_conformance(first, path, executions=executions, only=["replay"])
+    assert wrong.verdict == FAIL, wrong
+
+
+def test_the_effects_counted_before_and_after_each_scenario_are_in_its_evidence(
+    callers: tuple[Client, Client],
+) -> None:
+    (result,) = run_conformance(
+        callers[0], "/conformance/function/", executions=executions, only=["replay"]
+    )
+    assert result.verdict == PASS, result
+    assert "3 effects counted, 3 expected" in " ".join(result.evidence), result

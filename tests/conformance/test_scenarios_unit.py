@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 
 import pytest
@@ -125,3 +126,118 @@ def test_the_report_shows_failures_with_their_evidence() -> None:
     assert "double" in text
     assert "1 passed, 1 failed, 1 not run" in text
     assert as_json("http://x/", results)["passed"] is False
+
+
+class Endpoint:
+    """A scripted endpoint keyed per ``Idempotency-Key``: it creates once, ``duplicate`` after.
+
+    ``effects`` counts what it created (``per_execution`` each time it runs).
+    """
+
+    def __init__(
+        self,
+        duplicate: Callable[[Answer, int], Answer] | None = None,
+        per_execution: int = 1,
+    ) -> None:
+        self.lock = threading.Lock()
+        self.first: dict[str, Answer] = {}
+        self.seen: dict[str, int] = {}
+        self.effects = 0
+        self.per_execution = per_execution
+        self.duplicate = duplicate or (lambda first, n: first)
+        self.keys: list[str] = []
+
+    def __call__(self, headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        key = str(headers.get("Idempotency-Key"))
+        with self.lock:
+            self.keys.append(key)
+            self.seen[key] = self.seen.get(key, 0) + 1
+            if key not in self.first:
+                self.effects += self.per_execution
+                self.first[key] = created(len(self.first) + 1)
+                return self.first[key]
+            return self.duplicate(self.first[key], self.seen[key])
+
+
+def stamped(answer: Answer) -> Answer:
+    return Answer(answer.status, {**answer.headers, "idempotent-replayed": "true"}, answer.body)
+
+
+def run_with(name: str, endpoint: Endpoint, **options: object) -> scenarios.Result:
+    opts = Options(hold=0.01, executions=lambda: endpoint.effects, **options)  # type: ignore[arg-type]
+    [result] = scenarios.run_scenarios(Scripted(endpoint), opts, only=[name])
+    return result
+
+
+def test_a_replay_with_the_first_answers_id_is_never_called_a_new_execution() -> None:
+    strict = run_with("replay", Endpoint())
+    assert strict.verdict == FAIL, strict
+    assert "executed again" not in strict.evidence[-2]
+    assert "same id 1" in strict.evidence[-2]
+    draft = run_with("replay", Endpoint(), profile="draft")
+    assert draft.verdict == PASS, draft
+    assert draft.warnings, draft
+
+
+def test_more_effects_than_the_scenario_expects_fail_it() -> None:
+    result = run_with("replay", Endpoint(lambda first, n: stamped(first), per_execution=2))
+    assert result.verdict == FAIL, result
+    assert "6 effects counted, 3 expected" in result.evidence[-2]
+
+
+def _busy_then_replay(first: Answer, n: int) -> Answer:
+    # The storm's six duplicates of a key: 409 as plain JSON, no Retry-After; then replays.
+    return Answer(409, JSON, b'{"error": "busy"}') if n <= 6 else stamped(first)
+
+
+@pytest.mark.parametrize("name", ["storm", "mismatch-422"])
+def test_errors_as_plain_json_fail_strict_and_warn_under_the_draft(name: str) -> None:
+    def endpoint() -> Endpoint:
+        def duplicate(first: Answer, n: int) -> Answer:
+            if name == "mismatch-422" and n == 2:
+                return Answer(422, JSON, b'{"error": "another body"}')
+            return _busy_then_replay(first, n) if name == "storm" else stamped(first)
+
+        return Endpoint(duplicate)
+
+    assert run_with(name, endpoint()).verdict == FAIL
+    draft = run_with(name, endpoint(), profile="draft")
+    assert draft.verdict == PASS, draft
+    assert any("problem+json" in warning for warning in draft.warnings), draft
+
+
+def test_a_final_4xx_whose_follow_up_is_refused_for_another_reason_is_not_run() -> None:
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if body == b"[]":
+            return Answer(400, JSON, b'{"error": "send an object"}')
+        return Answer(500, JSON, b'{"error": "unrelated"}')
+
+    result = run("final-4xx-replayed", script)
+    assert result.verdict == NOT_RUN, result
+    assert "needs" in result.evidence[-2]
+
+
+def test_every_not_run_names_what_it_would_need() -> None:
+    endpoint = Endpoint(lambda first, n: stamped(first))
+    results = scenarios.run_scenarios(Scripted(endpoint), Options(hold=0.01))
+    skipped = [r for r in results if r.verdict == NOT_RUN]
+    assert {r.name for r in skipped} >= {"other-caller", "transient-5xx-not-stored"}
+    for result in skipped:
+        assert "needs" in result.evidence[-2], result
+
+
+@pytest.mark.parametrize(("key_format", "prefix"), [("uuid", ""), ("token", "conformance-")])
+def test_the_key_format_chooses_plain_uuids_or_prefixed_tokens(
+    key_format: str, prefix: str
+) -> None:
+    endpoint = Endpoint(lambda first, n: stamped(first))
+    assert run_with("replay", endpoint, key_format=key_format).verdict == PASS
+    for key in endpoint.keys:
+        assert key.startswith(prefix)
+        assert str(uuid.UUID(key.removeprefix(prefix))) == key.removeprefix(prefix)
+
+
+def test_a_warning_is_shown_in_the_table() -> None:
+    result = scenarios.Result("replay", PASS, ["ok", "2 requests"], 2, ["no replay header"])
+    assert "warning: no replay header" in table([result])
+    assert as_json("http://x/", [result])["scenarios"][0]["warnings"] == ["no replay header"]

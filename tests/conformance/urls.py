@@ -26,6 +26,13 @@ toys: list[URLPattern | URLResolver] = [
     path("toys/waits-when-in-flight/", views.waits_when_in_flight),
     path("toys/check-then-act/", views.check_then_act),
     path("toys/drops-key/", views.drops_key),
+    path("toys/reexecutes-stamping-replayed/", views.reexecutes_stamping_replayed),
 ]
 
-urlpatterns: list[URLPattern | URLResolver] = [*protected, *toys]
+# Correct endpoints that follow another implementation's conventions.
+others: list[URLPattern | URLResolver] = [
+    path("others/keyed-by-request-id/", views.keyed_by_request_id),
+    path("count/", views.count),
+]
+
+urlpatterns: list[URLPattern | URLResolver] = [*protected, *toys, *others]

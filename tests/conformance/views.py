@@ -300,3 +300,43 @@ def drops_key(request: HttpRequest) -> HttpResponse:
     """A proxy in front that drops ``Idempotency-Key``: the protection never sees one."""
     request.META.pop("HTTP_IDEMPOTENCY_KEY", None)
     return _protected_create(request)
+
+
+class _Liar:
+    """Runs the view for every request, then answers a known key with the first answer, stamped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.answers: dict[str, HttpResponse] = {}
+
+
+_liar = _Liar()
+
+
+@csrf_exempt
+def reexecutes_stamping_replayed(request: HttpRequest) -> HttpResponse:
+    """Every duplicate runs again, yet gets the first answer byte for byte with the replay header.
+
+    Only the effects tell: the ids skipped (a gap), or the counter grew.
+    """
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return _refuse_bad_keys(request)
+    response = create(request)
+    with _liar.lock:
+        first = _liar.answers.setdefault(key, response)
+    if first is response:
+        return response
+    replay = _replay(first)
+    if first.has_header("Location"):
+        replay["Location"] = first["Location"]
+    return replay
+
+
+keyed_by_request_id = csrf_exempt(idempotent(header="X-Request-ID")(conformance_hooks(create)))
+"""Correct, but keyed by ``X-Request-ID``: a runner sending ``Idempotency-Key`` is ignored."""
+
+
+def count(request: HttpRequest) -> HttpResponse:
+    """What ``--count-url`` reads: the charges created so far."""
+    return JsonResponse({"count": Charge.objects.count()})
