@@ -19,12 +19,13 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
     raise_missing_extra(error, __name__, "ninja")
 from ninja import Router
 from ninja.constants import NOT_SET
+from ninja.decorators import decorate_view
 
 from idempotency_django import ninja as adapter
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.responses import problem_response
-from idempotency_django.views import caller_key_status, status_response
+from idempotency_django.views import caller_key_status, never_cached, status_response
 
 
 def key_router(*, auth: Any = NOT_SET) -> Router:
@@ -32,15 +33,11 @@ def key_router(*, auth: Any = NOT_SET) -> Router:
     router = Router(auth=auth)
 
     @router.get("/keys/{path:key}/", include_in_schema=True, url_name="idempotency-key-status")
+    @decorate_view(never_cached)  # Ninja's own 401 too: it wraps the operation's auth
     def key_status(request: HttpRequest, key: str) -> HttpResponse:
-        principal = getattr(request, "auth", None)
-        user = getattr(request, "user", None)
-        authenticated = principal is not None or bool(user and user.is_authenticated)
         using = entries_alias(None, request)
         try:
-            found = caller_key_status(
-                request, key, authenticated, lambda: adapter.tenant(request, None, using)
-            )
+            found = caller_key_status(request, key, lambda: adapter.tenant(request, None, using))
         except IdempotencyError as error:
             return problem_response(error)
         return status_response(found)

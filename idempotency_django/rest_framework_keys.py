@@ -19,28 +19,40 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "drf")
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django.conf import conf
 from idempotency_django.exceptions import IdempotencyError
 from idempotency_django.responses import problem_response
-from idempotency_django.views import caller_key_status, status_response
+from idempotency_django.views import caller_key_status, private, status_response
 
 
 class KeyStatusView(APIView):
-    """``GET``: the caller's key's status; 401 problem+json without a caller, 404 unknown."""
+    """``GET``: the caller's key's status; 401 problem+json without a caller, 404 unknown.
+
+    Every answer, DRF's own refusals included, is ``Cache-Control: private, no-store``.
+    """
 
     def get_idempotency_tenant(self, request: Request) -> str:
         """Whose key space to look in: the mixin's default (override both alike)."""
         return conf.TENANT_RESOLVER(request)
 
+    def get_authenticate_header(self, request: Request) -> str | None:  # type: ignore[override]
+        """The first challenge of the view's authentication classes.
+
+        DRF asks the first class only; its defaults put ``SessionAuthentication``, which
+        has none, before ``BasicAuthentication``. A 401 carries a challenge (RFC 9110
+        §11.6.1) whenever any class has one.
+        """
+        challenges = (a.authenticate_header(request) for a in self.get_authenticators())
+        return next((c for c in challenges if c), None)
+
     def get(self, request: Request, key: str, *args: Any, **kwargs: Any) -> HttpResponse:
-        authenticated = bool(request.user and request.user.is_authenticated)
         try:
             found = caller_key_status(
                 request._request,
                 key,
-                authenticated,
                 lambda: self.get_idempotency_tenant(request),
                 # DRF's own challenge ("Token", "Basic realm=…"), as its 401s carry.
                 challenge=self.get_authenticate_header(request),
@@ -48,3 +60,8 @@ class KeyStatusView(APIView):
         except IdempotencyError as error:
             return problem_response(error)
         return status_response(found)
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        return private(super().finalize_response(request, response, *args, **kwargs))

@@ -2,9 +2,11 @@
 
 ``path("idempotency/", include("idempotency_django.urls"))`` mounts it. The
 tenant is resolved as ``@idempotent``'s default resolves it
-(``IDEMPOTENCY_TENANT_RESOLVER``), for authenticated callers only: a key is
-only ever looked up in its caller's own key space, so another tenant's key is as
-unknown as a key never sent (404), and no answer tells the two apart.
+(``IDEMPOTENCY_TENANT_RESOLVER``: the Django user, or whatever names a deployment's
+callers), and a caller it names no tenant for is refused (401): a key is only ever
+looked up in its caller's own key space, so another tenant's key is as unknown as a
+key never sent (404), and no answer tells the two apart. Every answer is
+``Cache-Control: private, no-store``.
 
 The stored answer itself is never part of the reply: to get it, a client sends
 its request again with the same key and gets the replay (docs/http.rst).
@@ -12,11 +14,12 @@ its request again with the same key and gets the replay (docs/http.rst).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.decorators.http import require_safe
 from django.views.generic.edit import BaseDeleteView
 
@@ -30,15 +33,47 @@ from idempotency_django.lookup import KeyStatus, lookup
 from idempotency_django.options import Options, check_option_names
 from idempotency_django.responses import problem_response
 
+# Per caller and changing, refusals included: never from a shared cache, never kept.
+PRIVATE = "private, no-store"
+# Django's authentication knows sessions (and what middleware sets as request.user), not the
+# credentials of an Authorization header: a caller sending one is told where those are read.
+_ELSEWHERE = (
+    " This view knows the callers Django authenticates (a session login, request.user) "
+    "and those IDEMPOTENCY_TENANT_RESOLVER names; for DRF's authentication (a token, "
+    "HTTP Basic) mount idempotency_django.rest_framework_keys.KeyStatusView, for Django "
+    "Ninja's idempotency_django.ninja_keys.key_router() (docs/http.rst)."
+)
 
+View = Callable[..., HttpResponseBase]
+AnyResponse = TypeVar("AnyResponse", bound=HttpResponseBase)
+
+
+def private(response: AnyResponse) -> AnyResponse:
+    """``response`` marked ``Cache-Control: private, no-store``; returned for chaining."""
+    response["Cache-Control"] = PRIVATE
+    return response
+
+
+def never_cached(view: View) -> View:
+    """Every answer of ``view`` private (the 401, the 404, the 405 … as much as the 200)."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return private(view(request, *args, **kwargs))
+
+    return wrapper
+
+
+@never_cached
 @require_safe
 def key_status(request: HttpRequest, key: str) -> HttpResponse:
     """The caller's key's :class:`~idempotency_django.lookup.KeyStatus` as JSON, or 401/404."""
-    user = getattr(request, "user", None)
-    authenticated = user is not None and user.is_authenticated
+    told = NotAuthenticated.default_detail + (
+        _ELSEWHERE if "Authorization" in request.headers else ""
+    )
     try:
         found = caller_key_status(
-            request, key, authenticated, lambda: conf.TENANT_RESOLVER(request)
+            request, key, lambda: conf.TENANT_RESOLVER(request), unauthenticated=told
         )
     except IdempotencyError as error:
         return problem_response(error)
@@ -48,21 +83,25 @@ def key_status(request: HttpRequest, key: str) -> HttpResponse:
 def caller_key_status(
     request: HttpRequest,
     raw_key: str,
-    authenticated: bool,
     tenant: Callable[[], str],
     challenge: str | None = None,
+    unauthenticated: str | None = None,
 ) -> KeyStatus:
-    """The status of ``raw_key`` in the key space ``tenant()`` names, for an authenticated
-    caller; the one rule behind the Django, DRF and Ninja lookups (each knows its own
-    caller). Raises :class:`NotAuthenticated` (with ``challenge`` as its
-    ``WWW-Authenticate``, where the stack knows one), ``KeyMalformed``,
+    """The status of ``raw_key`` in the key space ``tenant()`` names; the one rule behind
+    the Django, DRF and Ninja lookups (each knows its own caller). An empty tenant is no
+    caller: :class:`NotAuthenticated` (``unauthenticated`` its detail, ``challenge`` its
+    ``WWW-Authenticate`` where the stack knows one). Also raises ``KeyMalformed``,
     ``StoreUnavailable`` or :class:`KeyUnknown`.
     """
-    if not authenticated:
-        raise NotAuthenticated(challenge=challenge)
-    key = parse_key(raw_key, conf.KEY_MAX_LENGTH)
-    with store_errors():  # the entries' database unreachable: 503, as for a protected view
-        found = lookup(key, tenant=tenant(), using=entries_alias(None, request))
+    # The entries' database unreachable (a resolver may read it too): 503, as for a view.
+    with store_errors():
+        # Not "is there a Django user": a deployment may name its callers otherwise (a
+        # gateway's header), and the key space is the tenant, whoever resolves it.
+        owner = tenant()
+        if not owner:
+            raise NotAuthenticated(unauthenticated, challenge=challenge)
+        key = parse_key(raw_key, conf.KEY_MAX_LENGTH)
+        found = lookup(key, tenant=owner, using=entries_alias(None, request))
     if found is None:
         raise KeyUnknown()
     return found
@@ -72,8 +111,7 @@ def status_response(found: KeyStatus) -> HttpResponse:
     response = JsonResponse(found.as_json())
     if found.retry_after is not None:
         response["Retry-After"] = str(found.retry_after)
-    # Per caller and changing: never from a shared cache.
-    response["Cache-Control"] = "private, no-store"
+    private(response)
     return response
 
 

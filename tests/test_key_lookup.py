@@ -180,3 +180,63 @@ def test_an_unreachable_store_is_503(alice: Client, monkeypatch: pytest.MonkeyPa
     answer = ask(alice, MOUNTS[0], "any-key")
     assert (answer.status_code, answer["Content-Type"]) == (503, "application/problem+json")
     assert answer["Retry-After"] == "5"
+
+
+def gateway_account(request: Any) -> str:
+    """A tenant resolver of a deployment behind an API gateway: no Django user at all."""
+    return str(request.headers.get("X-Account", ""))
+
+
+@pytest.mark.parametrize("mount", MOUNTS[:2])
+def test_a_caller_named_by_the_tenant_resolver_without_a_django_user_sees_its_keys(
+    mount: str, settings: Any
+) -> None:
+    settings.IDEMPOTENCY_TENANT_RESOLVER = gateway_account
+    key, acme = str(uuid.uuid4()), Client(headers={"X-Account": "acme"})
+    assert post(acme, key) == 201
+    mine = ask(acme, mount, key)
+    assert (mine.status_code, mine.json()["status"]) == (200, "completed")
+    assert ask(Client(headers={"X-Account": "globex"}), mount, key).status_code == 404
+    nobody = ask(Client(), mount, key)  # the resolver names no tenant: an empty key space
+    assert (nobody.status_code, nobody["Content-Type"]) == (401, "application/problem+json")
+
+
+def _answers_of_every_kind(mount: str, alice: Client, monkeypatch: pytest.MonkeyPatch) -> Any:
+    yield "404", ask(alice, mount, str(uuid.uuid4()))
+    yield "400", ask(alice, mount, "x" * 300)
+    yield "401", Client().get(f"{mount}some-key/")
+    if not mount.startswith("/ninja"):  # Ninja answers a wrong method before its operation
+        yield "405", Client().post(f"{mount}some-key/")
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(views, "lookup", unreachable)
+    yield "503", ask(alice, mount, "any-key")
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_every_answer_of_the_lookup_is_private_and_never_stored(
+    mount: str, alice: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for status, answer in _answers_of_every_kind(mount, alice, monkeypatch):
+        assert str(answer.status_code) == status
+        assert answer["Cache-Control"] == "private, no-store", status
+
+
+def test_the_drf_401_carries_a_challenge_with_drfs_default_authentication() -> None:
+    """DRF's defaults put SessionAuthentication (no challenge) before Basic: the first
+    class that has a challenge gives it, as RFC 9110 §11.6.1 asks of every 401."""
+    anonymous = Client().get("/drf-defaults/idempotency/keys/some-key/")
+    assert anonymous.status_code == 401
+    assert anonymous["WWW-Authenticate"] == 'Basic realm="api"'
+
+
+def test_a_basic_auth_caller_of_the_plain_include_is_pointed_at_key_status_view() -> None:
+    User.objects.create_user("carol", password="secret")
+    basic = Client(headers={"Authorization": "Basic Y2Fyb2w6c2VjcmV0"})  # carol:secret
+    refused = basic.get("/idempotency/keys/some-key/")
+    assert refused.status_code == 401
+    assert "rest_framework_keys.KeyStatusView" in refused.json()["detail"]
+    anonymous = Client().get("/idempotency/keys/some-key/").json()["detail"]
+    assert "KeyStatusView" not in anonymous

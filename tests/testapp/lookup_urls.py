@@ -7,6 +7,7 @@ from typing import cast
 from django.urls import URLPattern, URLResolver, include, path
 from ninja import NinjaAPI
 from ninja.security import django_auth
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 
 from idempotency_django.ninja_keys import key_router
 from idempotency_django.rest_framework_keys import KeyStatusView
@@ -20,4 +21,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("idempotency/", include("idempotency_django.urls")),
     path("drf/idempotency/keys/<path:key>/", KeyStatusView.as_view()),
     path("ninja-keys/", keys_api.urls),
+    # DRF's own default authentication classes, whatever tests/settings.py sets.
+    path(
+        "drf-defaults/idempotency/keys/<path:key>/",
+        KeyStatusView.as_view(authentication_classes=[SessionAuthentication, BasicAuthentication]),
+    ),
 ]
