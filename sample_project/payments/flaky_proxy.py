@@ -13,11 +13,11 @@ from contextlib import suppress
 
 
 class FlakyProxy:
-    def __init__(self, host: str, port: int, lose: int = 1) -> None:
+    def __init__(self, host: str, port: int, lose: int = 1, listen: int = 0) -> None:
         self.upstream = (host, port)
         self.lose = lose  # how many answers to lose, from the first
         self.requests = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", listen))  # 0: any free port
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
