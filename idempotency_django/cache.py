@@ -10,10 +10,16 @@ retried, so the answer is cached by the first replay from the database (a SET
 after that replay; during a WSGI request, once the response has gone out, so
 the client waits for the GET alone). On django-redis both go straight to its redis-py
 client (one command each, the SET with ``PX`` so the lifetime keeps its
-milliseconds), skipping the cache API's per-call layers; any other backend
-goes through Django's cache API. The answer
-is stored in a compact binary layout (:func:`encode`), wrapped as a pickled
-``bytes`` so that django-redis's own ``get`` still reads it.
+milliseconds), skipping the cache API's per-call layers; so does Django's own
+Redis backend. Any other backend goes through Django's cache API.
+
+Whoever can write to the cache's Redis can plant a value under the library's names
+(they can list them). So a value is the library's own bytes (:func:`encode`), never
+a pickle, and it is authenticated (an HMAC under a key from settings, over its name
+and its bytes) before anything of it is decoded: a value that does not authenticate
+is a miss, logged, and the database answers. Through the cache API the backend
+itself (de)serializes, which for most backends means pickle: ``check --deploy``
+says so (``idempotency_django.W087``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import pickle
 import struct
 import sys
 import threading
@@ -35,7 +40,7 @@ from django.core.signals import request_finished, request_started
 
 from idempotency_django import signals
 from idempotency_django.seal import Sealed
-from idempotency_django.secret import cache_secret
+from idempotency_django.secret import cache_secret, database_identity
 
 logger = logging.getLogger("idempotency_django")
 PAUSE = 5.0
@@ -45,13 +50,16 @@ _paused_until: dict[str, float] = {}
 def cache_key(database: str, tenant: str, key: str) -> str:
     """The cache's name for the entry (``database``, ``tenant``, ``key``): the store's key space.
 
-    The entries' database is part of it: with a database chosen per request, tenant
-    strings repeat across databases (user pks start at 1 in each). And it is keyed
-    with the project's own secret (``cache_secret``), so that two projects sharing
-    one Redis never read each other's answers. Hashed: keys are client-controlled
-    and tenants may hold anything.
+    The entries' database is part of it, by its identity (a value persisted in it),
+    not by its alias: with a database chosen per request tenant strings repeat across
+    databases (user pks start at 1 in each), and two deployments of one project
+    (the same ``SECRET_KEY``, one Redis, each its own database) share alias names.
+    And it is keyed with the project's own secret (``cache_secret``), so that two
+    projects sharing one Redis never read each other's answers. Hashed: keys are
+    client-controlled and tenants may hold anything.
     """
-    message = json.dumps([database, tenant, key]).encode()
+    identity = database_identity(database).hex()
+    message = json.dumps([identity, tenant, key]).encode()
     return "idempotency:" + hmac.digest(cache_secret(), message, "sha256").hex()
 
 
@@ -59,13 +67,22 @@ def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, Sealed] 
     """``(fingerprint, sealed answer)`` for a cached final answer, or ``None``."""
     if _paused(alias):
         return None
+    name = cache_key(database, tenant, key)
     try:
-        value = _store(alias).get(cache_key(database, tenant, key))
+        value = _store(alias).get(name)
     except Exception:
         logger.warning(_UNREACHABLE, alias, "using the database", PAUSE, exc_info=True)
         _failed(alias, "get")
         return None
-    return decode(value)
+    if value is None:
+        return None
+    found = decode(name, value)
+    if found is None:
+        logger.warning(
+            "idempotency cache value under one of our names did not authenticate (planted, "
+            "truncated, or another release's): a miss, the database answers"
+        )
+    return found
 
 
 def put(
@@ -85,7 +102,8 @@ def put(
     """
     if ttl.total_seconds() < 1 or _paused(alias):
         return  # about to expire, or the cache is away
-    write = _Write(alias, cache_key(database, tenant, key), encode(fingerprint, response), ttl)
+    name = cache_key(database, tenant, key)
+    write = _Write(alias, name, encode(name, fingerprint, response), ttl)
     deferred: list[_Write] | None = getattr(_request, "deferred", None)
     if deferred is None:
         write.send()
@@ -139,27 +157,47 @@ request_finished.connect(_request_finished, dispatch_uid="idempotency_django.cac
 
 # -- the stored value ---------------------------------------------------------------
 # version, status, then the lengths of fingerprint, reason and the sealed answer
-# (headers and body, as the entry row holds them: see :mod:`.seal`).
+# (headers and body, as the entry row holds them: see :mod:`.seal`), the three, and
+# last an HMAC-SHA256 over the name and all that precedes it.
 _HEAD = struct.Struct(">BHHHI")
-_VERSION = b"\x02"
+_VERSION = b"\x03"
+_MAC = 32
 
 
-def encode(fingerprint: str, response: Sealed) -> bytes:
-    """The bytes stored for one answer (pickled ``bytes``: django-redis can read them too)."""
+def encode(name: str, fingerprint: str, response: Sealed) -> bytes:
+    """The bytes stored under ``name`` for one answer: never a pickle."""
     fp, reason = fingerprint.encode(), response.reason.encode()
     head = _HEAD.pack(_VERSION[0], response.status, len(fp), len(reason), len(response.blob))
-    return pickle.dumps(b"".join((head, fp, reason, response.blob)), pickle.HIGHEST_PROTOCOL)
+    body = b"".join((head, fp, reason, response.blob))
+    return body + _mac(name, body)
 
 
-def decode(value: object) -> tuple[str, Sealed] | None:
-    """What :func:`encode` stored; ``None`` for anything else (e.g. an older release's value)."""
-    try:
-        blob = pickle.loads(value) if isinstance(value, bytes) else value
-        if not isinstance(blob, bytes) or blob[:1] != _VERSION:
-            return None
-        return _fields(blob)
-    except Exception:  # noqa: BLE001  (a value we can't read is a miss: the database answers)
+def decode(name: str, value: object) -> tuple[str, Sealed] | None:
+    """What :func:`encode` stored under ``name``; ``None`` for anything else.
+
+    Authenticated before anything is decoded: a planted value is never parsed.
+    """
+    if not isinstance(value, bytes) or len(value) < _HEAD.size + _MAC:
         return None
+    body, tag = value[:-_MAC], value[-_MAC:]
+    if not hmac.compare_digest(tag, _mac(name, body)) or body[:1] != _VERSION:
+        return None
+    try:
+        return _fields(body)
+    except (struct.error, UnicodeDecodeError, ValueError):  # ours, so never; but a miss
+        return None
+
+
+def _mac(name: str, body: bytes) -> bytes:
+    message = _LENGTH.pack(len(name)) + name.encode() + body
+    return hmac.digest(_subkey(), message, "sha256")
+
+
+def _subkey() -> bytes:
+    return hmac.digest(cache_secret(), b"idempotency_django.cache.value", "sha256")
+
+
+_LENGTH = struct.Struct(">I")
 
 
 def _fields(blob: bytes) -> tuple[str, Sealed]:
@@ -168,6 +206,8 @@ def _fields(blob: bytes) -> tuple[str, Sealed]:
     for length in lengths:
         fields.append(blob[at : at + length])
         at += length
+    if at != len(blob):
+        raise ValueError("lengths do not add up")
     fingerprint, reason, sealed = fields
     return fingerprint.decode(), Sealed(status, reason.decode(), sealed)
 
@@ -189,7 +229,10 @@ class _Generic:
 
 
 class _Redis:
-    """django-redis's own redis-py client: one command per call, under the backend's key."""
+    """A redis-py client of the backend's own: one command per call, under the backend's key.
+
+    Bytes in, bytes out: no serializer (django-redis's and Django's both unpickle).
+    """
 
     def __init__(self, backend: BaseCache, client: Any) -> None:
         self.backend, self.client = backend, client
@@ -214,17 +257,24 @@ def _store(alias: str) -> _Generic | _Redis:
 
 
 def _store_for(backend: BaseCache) -> _Generic | _Redis:
-    # Only django-redis's default client on one server maps every key to one
-    # redis-py client; replicas, its sharded and herd clients, and every other
-    # backend keep the cache API.
-    client = getattr(backend, "client", None)
-    if (
-        type(backend).__module__.startswith("django_redis.")
-        and type(client).__name__ == "DefaultClient"
-        and len(getattr(client, "_server", ())) == 1
-    ):
-        return _Redis(backend, client.get_client(write=True))  # type: ignore[union-attr]
-    return _Generic(backend)
+    client = raw_client(backend)
+    return _Generic(backend) if client is None else _Redis(backend, client)
+
+
+def raw_client(backend: BaseCache) -> Any:
+    """The backend's redis-py client for its primary, or ``None``: keep the cache API.
+
+    django-redis's default client (one server, or a primary and its replicas: both
+    reads and writes go to the primary, which is never behind) and Django's own Redis
+    backend map every key to one primary. Its sharded and herd clients, and every
+    other backend, keep the cache API.
+    """
+    module, client = type(backend).__module__, getattr(backend, "client", None)
+    if module.startswith("django_redis.") and type(client).__name__ == "DefaultClient":
+        return client.get_client(write=True)  # type: ignore[union-attr]
+    if module == "django.core.cache.backends.redis":
+        return backend._cache.get_client(write=True)  # type: ignore[attr-defined]
+    return None
 
 
 def _failed(alias: str, operation: str) -> None:

@@ -70,3 +70,22 @@ class IdempotencySecret(models.Model):
 
     def __str__(self) -> str:
         return "idempotency secret"
+
+
+class IdempotencyDatabase(models.Model):
+    """This entries database's identity: random, not secret, written once, never changed.
+
+    Bound into every stored answer's seal and the replay cache's names, so that a row
+    copied into another database (another customer's, another deployment's) does not
+    open there, and two deployments sharing ``SECRET_KEY`` and a Redis never share a
+    cached answer. A dump restored whole keeps it, so a restored backup still opens.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True)
+    identity = models.CharField(max_length=64)
+
+    class Meta:
+        verbose_name = "idempotency database identity"
+
+    def __str__(self) -> str:
+        return "idempotency database identity"

@@ -5,19 +5,26 @@ every replay sends) is redacted, and a replay of a redacted answer carries
 ``Idempotent-Redacted: true`` so that a client knows the token it expected is
 not in it. Two forms:
 
-- a callable taking the final ``HttpResponse`` and returning the response to store
-  (a new one: the caller's must stay untouched);
+- a callable taking the final ``HttpResponse`` and returning the response to store.
+  It is handed a copy: whether it returns a new response or edits the one it got,
+  the caller's answer is untouched and what it returns is what is stored;
 - a list of JSON field paths (``["token", "card.secret"]``): each named field of a
   JSON body is replaced by :data:`MARKER`; a list on the way is walked item by item.
+  A body they cannot read (not JSON, or not parsable: a page of DRF's browsable API
+  negotiated by ``Accept: text/html``) fails closed: none of it is stored, and a
+  replay gets the status and headers with an empty body (no ``Content-Type``),
+  marked ``Idempotent-Redacted: true``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.http import HttpResponse
+from django.http.response import ResponseHeaders
 
 from idempotency_django.responses import StoredResponse, require_plain
 
@@ -49,12 +56,14 @@ class FieldPaths:
         self.paths = [tuple(path.split(".")) for path in paths]
 
     def __call__(self, response: HttpResponse) -> HttpResponse:
+        if not response.content:
+            return response  # nothing a path could name
         if "json" not in response.get("Content-Type", ""):
-            return response
+            return _without_body(response)
         try:
             data = json.loads(response.content)
         except ValueError:
-            return response
+            return _without_body(response)
         blanked = [_blank(data, path) for path in self.paths]  # every path, no short cut
         if not any(blanked):
             return response
@@ -70,6 +79,16 @@ class FieldPaths:
 
     def __hash__(self) -> int:
         return hash(tuple(self.paths))
+
+
+def _without_body(response: HttpResponse) -> HttpResponse:
+    """Fail closed: a body the paths cannot be applied to is not stored at all."""
+    stored = HttpResponse(b"", status=response.status_code, reason=response.reason_phrase)
+    del stored["Content-Type"]
+    for name, value in response.items():
+        if name.lower() != "content-type":
+            stored[name] = value
+    return stored
 
 
 def _blank(data: Any, path: tuple[str, ...]) -> bool:
@@ -89,15 +108,22 @@ def stored_answer(response: HttpResponse, redact: Redactor | None) -> StoredResp
     full = StoredResponse.from_response(response)
     if redact is None:
         return full
-    kept = redact(response)
-    if kept is response:
-        return full
-    stored = StoredResponse.from_response(require_plain(kept))
+    stored = StoredResponse.from_response(require_plain(redact(_copy(response))))
     if stored == full:
         return full
     return StoredResponse(
         stored.status, [*stored.headers, (REDACTED_HEADER, "true")], stored.body, stored.reason
     )
+
+
+def _copy(response: HttpResponse) -> HttpResponse:
+    """A copy the redactor may edit: its content, headers and cookies are its own."""
+    clone = copy.copy(response)
+    clone.headers = ResponseHeaders(response.headers)
+    clone.cookies = copy.deepcopy(response.cookies)
+    clone._resource_closers = []  # type: ignore[attr-defined]
+    clone.content = response.content
+    return clone
 
 
 def is_redacted(answer: StoredResponse) -> bool:

@@ -1,4 +1,4 @@
-"""Stored answers sealed at rest: AES-GCM over the headers and body, bound to (tenant, key).
+"""Stored answers sealed at rest: AES-GCM over the headers and body, bound to their row.
 
 Every answer is sealed where its bytes are produced (the entry row's write, the
 replay cache's value) and opened where a replay needs them, so that a replica, a
@@ -7,12 +7,22 @@ clear. A sealed blob is::
 
     version (1 byte) | key id (4) | nonce (12) | AES-GCM(headers and body) + tag (16)
 
-The associated data is (tenant, key), length-prefixed: a blob copied onto another
-key's row does not open. The database alias is deliberately not part of it: an
-alias is a name in one deployment's settings, and renaming it (or restoring a dump
-under another one) must not make every stored answer unreadable. Distinct
-databases get distinct keys anyway when the key is derived from each one's server
-secret (the default).
+The key hierarchy (docs/security.rst, "Key hierarchy"): the default key
+(``"server-secret"`` in ``IDEMPOTENCY_ENCRYPTION_KEYS``) is derived from settings
+alone (``IDEMPOTENCY_SECRET``, else ``SECRET_KEY``; ``SECRET_KEY_FALLBACKS``' keys
+still open), never from anything a database holds.
+
+The associated data of version 2 is (tenant, key, status, reason, the database's
+identity), each length-prefixed or fixed-size: a blob copied onto another key's row,
+into another database, or under an edited status code does not open. The database
+alias is deliberately not part of it: an alias is a name in one deployment's
+settings, and renaming it must not make every stored answer unreadable; the
+identity is a random value persisted in the database itself (a whole dump restored
+keeps it).
+
+Version 1 (0.4): associated data (tenant, key) only, and the default key derived
+from the server secret persisted in the database. Such blobs still open (never
+sealed again) until they expire or ``reseal_idempotency`` moves them to version 2.
 
 The key id is the first four bytes of a hash of the key, so that rotation knows
 which configured key opens a blob without trying each, and can say that a blob's
@@ -34,6 +44,7 @@ import json
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,14 +54,16 @@ from idempotency_django.responses import StoredResponse
 
 logger = logging.getLogger("idempotency_django")
 
-VERSION = b"\x01"
-DERIVED = "server-secret"  # in IDEMPOTENCY_ENCRYPTION_KEYS: the key derived from the secret
+VERSION = b"\x02"
+VERSION_0_4 = b"\x01"  # opened, never sealed: see the module's docstring
+DERIVED = "server-secret"  # in IDEMPOTENCY_ENCRYPTION_KEYS: the key derived from settings
 KEY_BYTES = 32
 ROW_MARKER: dict[str, int] = {"sealed": 1}
 ROW_MARKER_JSON = json.dumps(ROW_MARKER)
 _ID, _NONCE, _TAG = 4, 12, 16
 _HEAD = 1 + _ID + _NONCE
 _LENGTH = struct.Struct(">I")
+_STATUS = struct.Struct(">H")
 
 
 @dataclass(frozen=True)
@@ -96,31 +109,46 @@ def key_id(key: bytes) -> bytes:
 class Ring:
     """The configured keys of one entries database: the newest seals, every one opens."""
 
-    def __init__(self, keys: list[bytes], limit: int) -> None:
+    def __init__(
+        self, keys: list[bytes], limit: int, legacy: Callable[[], bytes] | None = None
+    ) -> None:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self.ciphers = {key_id(key): AESGCM(key) for key in keys}
         self.newest = key_id(keys[0])
         self.limit = limit  # IDEMPOTENCY_MAX_STORED_BYTES, read once with the keys
+        self.legacy = legacy  # 0.4's derived key, built on first need (a database read)
 
     def seal(self, plain: bytes, aad: bytes) -> bytes:
         nonce = os.urandom(_NONCE)
         sealed = self.ciphers[self.newest].encrypt(nonce, plain, aad)
         return b"".join((VERSION, self.newest, nonce, sealed))
 
-    def open(self, blob: bytes, aad: bytes) -> bytes:
+    def open(self, blob: bytes, aad: Callable[[bytes], bytes]) -> bytes:
+        """``blob`` opened; ``aad(version)`` gives the associated data its version bound."""
         from cryptography.exceptions import InvalidTag
 
-        if blob[:1] != VERSION or len(blob) < _HEAD + _TAG:
+        version = blob[:1]
+        if version not in (VERSION, VERSION_0_4) or len(blob) < _HEAD + _TAG:
             raise Unreadable("not a sealed answer")
         kid = blob[1 : 1 + _ID]
         cipher = self.ciphers.get(kid)
+        if cipher is None and version == VERSION_0_4:
+            cipher = self._legacy(kid)
         if cipher is None:
             raise Unreadable("sealed under a key no longer configured", kid.hex())
         try:
-            return cipher.decrypt(blob[1 + _ID : _HEAD], blob[_HEAD:], aad)
+            return cipher.decrypt(blob[1 + _ID : _HEAD], blob[_HEAD:], aad(version))
         except InvalidTag:
             raise Unreadable("tampered with, or moved from another key", kid.hex()) from None
+
+    def _legacy(self, kid: bytes) -> Any:
+        if self.legacy is None:
+            return None
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key = self.legacy()
+        return AESGCM(key) if key_id(key) == kid else None
 
 
 _rings: dict[str, Ring] = {}
@@ -130,18 +158,30 @@ def ring(using: str) -> Ring:
     """The key ring for the entries database ``using`` (built once per settings change)."""
     found = _rings.get(using)
     if found is None:
-        keys = [_key(entry, using) for entry in conf.ENCRYPTION_KEYS]
-        found = _rings[using] = Ring(keys, conf.MAX_STORED_BYTES)
+        from idempotency_django.secret import settings_roots
+
+        keys: list[bytes] = []
+        for entry in conf.ENCRYPTION_KEYS:
+            derived = entry == DERIVED
+            keys += [_subkey(root) for root in settings_roots()] if derived else [decode_key(entry)]
+        legacy = _legacy_key(using) if DERIVED in conf.ENCRYPTION_KEYS else None
+        found = _rings[using] = Ring(keys, conf.MAX_STORED_BYTES, legacy)
     return found
 
 
-def _key(entry: str, using: str) -> bytes:
-    if entry == DERIVED:
+def _subkey(root: bytes) -> bytes:
+    # A subkey: a root is never itself a cipher key.
+    return hmac.new(root, b"idempotency_django.seal", "sha256").digest()
+
+
+def _legacy_key(using: str) -> Callable[[], bytes]:
+    def build() -> bytes:
         from idempotency_django.secret import server_secret
 
-        # A subkey: the raw secret is never itself a cipher key.
+        # 0.4's: rooted in the server secret, which the database itself holds.
         return hmac.new(server_secret(using), b"idempotency_django.seal", "sha256").digest()
-    return decode_key(entry)
+
+    return build
 
 
 compiled(_rings.clear)
@@ -151,9 +191,37 @@ compiled(_rings.clear)
 
 
 def associated(tenant: str, key: str) -> bytes:
-    """The associated data: (tenant, key), length-prefixed so that no two pairs coincide."""
-    raw = tenant.encode("utf-8", "surrogatepass")
-    return _LENGTH.pack(len(raw)) + raw + key.encode("utf-8", "surrogatepass")
+    """Version 1's associated data: (tenant, key), so that no two pairs coincide."""
+    return _prefixed(tenant) + key.encode("utf-8", "surrogatepass")
+
+
+def bound(using: str, tenant: str, key: str, status: int, reason: str) -> bytes:
+    """Version 2's: (tenant, key, status, reason, the database's identity)."""
+    from idempotency_django.secret import database_identity
+
+    return b"".join(
+        (
+            _prefixed(tenant),
+            _prefixed(key),
+            _STATUS.pack(status),
+            _prefixed(reason),
+            database_identity(using),
+        )
+    )
+
+
+def _prefixed(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogatepass")
+    return _LENGTH.pack(len(raw)) + raw
+
+
+def _aad(using: str, tenant: str, key: str, status: int, reason: str) -> Callable[[bytes], bytes]:
+    def of(version: bytes) -> bytes:
+        if version == VERSION_0_4:
+            return associated(tenant, key)
+        return bound(using, tenant, key, status, reason)
+
+    return of
 
 
 def plain(response: StoredResponse) -> bytes:
@@ -167,12 +235,14 @@ def seal(using: str, tenant: str, key: str, response: StoredResponse) -> Sealed:
     data, keys = plain(response), ring(using)
     if len(data) > keys.limit:
         raise AnswerTooLarge.of(len(data), keys.limit)
-    return Sealed(response.status, response.reason, keys.seal(data, associated(tenant, key)))
+    aad = bound(using, tenant, key, response.status, response.reason)
+    return Sealed(response.status, response.reason, keys.seal(data, aad))
 
 
 def opened(using: str, tenant: str, key: str, sealed: Sealed) -> StoredResponse:
     """The answer in ``sealed``; raises :class:`Unreadable` when it does not open."""
-    data = ring(using).open(sealed.blob, associated(tenant, key))
+    aad = _aad(using, tenant, key, sealed.status, sealed.reason)
+    data = ring(using).open(sealed.blob, aad)
     (length,) = _LENGTH.unpack_from(data)
     end = _LENGTH.size + length
     headers = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
@@ -251,10 +321,10 @@ def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) 
     """
     current = ring(using)
     if isinstance(found, Sealed):
-        if found.blob[1 : 1 + _ID] == current.newest:
+        if found.blob[:1] == VERSION and found.blob[1 : 1 + _ID] == current.newest:
             return None
         found = opened(using, tenant, key, found)
-    return current.seal(plain(found), associated(tenant, key))
+    return current.seal(plain(found), bound(using, tenant, key, found.status, found.reason))
 
 
 __all__ = [

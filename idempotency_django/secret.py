@@ -11,6 +11,14 @@ The persisted value is derived from the oldest of ``SECRET_KEY_FALLBACKS`` and
 keeps every derived key, a later rotation or dropped fallback changes nothing
 (the row is read, not recomputed), and a flushed test database re-creates the
 same value.
+
+Two more values live here, for the stored answers' seal (see :mod:`.seal`):
+
+- :func:`settings_roots`: the default sealing key's roots, from settings alone
+  (``IDEMPOTENCY_SECRET``, else ``SECRET_KEY`` and its fallbacks), never from a
+  database: a backup, a replica or a dump holds no key that opens its answers;
+- :func:`database_identity`: a random, non-secret value persisted once per entries
+  database, so that a row copied into another database does not open there.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import functools
 import hashlib
 import hmac
 import json
+import os
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +43,8 @@ _SEED = b"idempotency_django.derive"
 _ROW = 1
 _cache: dict[str, bytes] = {}
 _CACHE = "\x00cache"  # no database alias is spelt so
+_IDENTITY = "\x00identity "  # + alias
+_SECRET_ROW, _IDENTITY_ROW = "secret", "identity"
 _WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
 
 
@@ -42,7 +53,7 @@ def server_secret(using: str | None = None) -> bytes:
     alias = using or default_alias()
     found = _cache.get(alias)
     if found is None:
-        found = _load(alias)
+        found = _load(alias, _SECRET_ROW)
     return found
 
 
@@ -84,27 +95,44 @@ def lock_id(using: str, tenant: str, key: str) -> int:
 
 
 def cache_secret() -> bytes:
-    """The key of the replay cache's names: this project's own namespace in a shared cache.
+    """The key of the replay cache's names and values: this project's own namespace.
 
-    From settings alone, like ``signals.key_digest``'s: a cache lookup comes before any
-    database statement, and a ``SECRET_KEY`` rotation only costs cache misses (the
-    database still holds every answer).
+    From settings alone (the newest of :func:`settings_roots`): a ``SECRET_KEY``
+    rotation only costs cache misses (the database still holds every answer). The
+    names also carry the database's identity (``cache.cache_key``).
     """
-    return _from_settings(_CACHE, b"cache")
-
-
-def _from_settings(slot: str, purpose: bytes) -> bytes:
-    found = _cache.get(slot)
+    found = _cache.get(_CACHE)
     if found is None:
-        configured = conf.SECRET
-        source = force_bytes(settings.SECRET_KEY if configured is None else configured)
-        found = _cache[slot] = _settings_key(source, purpose)
+        found = _cache[_CACHE] = _subkey(settings_roots()[0], b"cache")
     return found
 
 
-@functools.lru_cache(maxsize=8)
-def _settings_key(source: bytes, purpose: bytes) -> bytes:
-    return _subkey(hashlib.sha256(_SEED + source).digest(), purpose)
+def settings_roots() -> list[bytes]:
+    """Roots of keys no database holds, newest first: ``IDEMPOTENCY_SECRET``'s, else
+    ``SECRET_KEY``'s then each of ``SECRET_KEY_FALLBACKS``' (so that a rotation keeps
+    what the old key sealed readable while it is a fallback).
+
+    An HMAC keyed by the setting itself, never ``sha256(seed + setting)``: that is
+    what the persisted secret row holds (:func:`seed_from_settings`).
+    """
+    configured = conf.SECRET
+    if configured is not None:
+        return [_root(force_bytes(configured))]
+    fallbacks = getattr(settings, "SECRET_KEY_FALLBACKS", ())
+    return [_root(force_bytes(key)) for key in (settings.SECRET_KEY, *fallbacks)]
+
+
+@functools.lru_cache(maxsize=16)
+def _root(source: bytes) -> bytes:
+    return hmac.new(source, b"idempotency_django.root", hashlib.sha256).digest()
+
+
+def database_identity(using: str) -> bytes:
+    """The entries database ``using``'s identity: 16 random bytes, persisted once there."""
+    found = _cache.get(_IDENTITY + using)
+    if found is None:
+        found = _load(using, _IDENTITY_ROW)
+    return found
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,8 +140,8 @@ def _subkey(secret: bytes, purpose: bytes) -> bytes:
     return hmac.new(secret, b"idempotency_django." + purpose, hashlib.sha256).digest()
 
 
-def _load(alias: str) -> bytes:
-    """Read (first: persist) the secret in a transaction of its own, and keep it.
+def _load(alias: str, which: str) -> bytes:
+    """Read (first: persist) the secret (or the identity) in a transaction of its own.
 
     Never in a caller's transaction (a view's under ``ATOMIC_REQUESTS``, a
     ``transaction.atomic()`` block): a rollback there would take back the row
@@ -125,22 +153,22 @@ def _load(alias: str) -> bytes:
     and a row written in that transaction only once it commits (after a rollback it
     is read again).
     """
-    conn = connections[alias]
-    if conf.SECRET is not None:
+    conn, slot = connections[alias], alias if which == _SECRET_ROW else _IDENTITY + alias
+    if which == _SECRET_ROW and conf.SECRET is not None:
         found = seed_from_settings()
     elif not conn.in_atomic_block:
-        found, _written = _read_or_persist(alias)
+        found, _written = _read_or_persist(alias, which)
     else:
-        apart = _apart(alias) if conn.vendor in _APART else None
+        apart = _apart(alias, which) if conn.vendor in _APART else None
         if apart is None:
-            found, written = _read_or_persist(alias)
+            found, written = _read_or_persist(alias, which)
             if written:
-                keep = functools.partial(_cache.__setitem__, alias, found)
+                keep = functools.partial(_cache.__setitem__, slot, found)
                 transaction.on_commit(keep, alias)
                 return found
         else:
             found = apart
-    _cache[alias] = found
+    _cache[slot] = found
     return found
 
 
@@ -151,7 +179,7 @@ _APART = {
 }
 
 
-def _apart(alias: str) -> bytes | None:
+def _apart(alias: str, which: str) -> bytes | None:
     """:func:`_read_or_persist` on a new connection to ``alias``, in autocommit.
 
     ``None`` when it waited on a lock (the caller's transaction holds the row).
@@ -162,7 +190,7 @@ def _apart(alias: str) -> bytes | None:
     try:
         with own.cursor() as cursor:
             cursor.execute(_APART[own.vendor])
-        return _read_or_persist(alias)[0]
+        return _read_or_persist(alias, which)[0]
     except OperationalError:
         return None
     finally:
@@ -170,32 +198,48 @@ def _apart(alias: str) -> bytes | None:
         own.close()
 
 
-def _read_or_persist(alias: str) -> tuple[bytes, bool]:
-    """The stored secret, and whether this call wrote it."""
-    from idempotency_django.models import IdempotencySecret
-
-    rows = IdempotencySecret.objects.using(alias)
-    stored = rows.filter(pk=_ROW).values_list("value", flat=True).first()
+def _read_or_persist(alias: str, which: str) -> tuple[bytes, bool]:
+    """The stored value, and whether this call wrote it."""
+    rows = _rows(alias, which)
+    stored = rows.filter(pk=_ROW).values_list(_FIELD[which], flat=True).first()
     if stored is not None:
         return bytes.fromhex(stored), False
-    ensure_row(alias)
-    return bytes.fromhex(rows.filter(pk=_ROW).values_list("value", flat=True).get()), True
+    ensure_row(alias, which)
+    return bytes.fromhex(rows.filter(pk=_ROW).values_list(_FIELD[which], flat=True).get()), True
 
 
-def ensure_row(alias: str) -> None:
-    """Persist the secret on ``alias`` unless a row is there (a concurrent insert wins)."""
-    from idempotency_django.models import IdempotencySecret
+_FIELD = {_SECRET_ROW: "value", _IDENTITY_ROW: "identity"}
 
-    row = IdempotencySecret(pk=_ROW, value=seed_from_settings().hex())
-    IdempotencySecret.objects.using(alias).bulk_create([row], ignore_conflicts=True)
+
+def _rows(alias: str, which: str) -> Any:
+    from idempotency_django.models import IdempotencyDatabase, IdempotencySecret
+
+    model = IdempotencySecret if which == _SECRET_ROW else IdempotencyDatabase
+    return model.objects.using(alias)
+
+
+def ensure_row(alias: str, which: str = _SECRET_ROW) -> None:
+    """Persist the value on ``alias`` unless a row is there (a concurrent insert wins)."""
+    rows = _rows(alias, which)
+    # The secret: settings' function, so a flushed test database gets it back. The
+    # identity: random, the one thing two databases never share.
+    value = seed_from_settings().hex() if which == _SECRET_ROW else os.urandom(16).hex()
+    rows.bulk_create([rows.model(pk=_ROW, **{_FIELD[which]: value})], ignore_conflicts=True)
 
 
 def on_post_migrate(using: str = "default", **kwargs: Any) -> None:
-    """Persist the secret as soon as the table exists (in autocommit, outside any request)."""
-    from idempotency_django.models import IdempotencySecret
+    """Persist the secret and the identity as soon as their tables exist (in autocommit).
+
+    Also after a ``flush`` (which sends ``post_migrate``): the identity read before it
+    is gone with its row, so this process forgets it.
+    """
+    from idempotency_django.models import IdempotencyDatabase, IdempotencySecret
 
     if conf.SECRET is None and router.allow_migrate_model(using, IdempotencySecret):
         ensure_row(using)
+    if router.allow_migrate_model(using, IdempotencyDatabase):
+        _cache.pop(_IDENTITY + using, None)
+        ensure_row(using, _IDENTITY_ROW)
 
 
 @receiver(setting_changed)
@@ -204,4 +248,12 @@ def _forget(setting: str, **kwargs: Any) -> None:
         _cache.clear()
 
 
-__all__ = ["cache_secret", "derive_key", "lock_id", "seed_from_settings", "server_secret"]
+__all__ = [
+    "cache_secret",
+    "database_identity",
+    "derive_key",
+    "lock_id",
+    "seed_from_settings",
+    "server_secret",
+    "settings_roots",
+]

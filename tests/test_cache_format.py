@@ -1,7 +1,8 @@
 """The replay cache's stored value, its two stores, and the write held until the response is sent.
 
 No Redis needed: the stores are chosen without connecting, and the rest runs
-on Django's local-memory cache. tests/test_cache.py covers real Redis.
+on Django's local-memory cache. tests/test_cache.py covers real Redis, and
+tests/test_sealing_adversaries.py a co-tenant of it who plants values.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ ANSWER = Sealed(201, "Created", b"\x01sealed headers and body")
 header_text = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF), max_size=40)
 
 
+NAME = "idempotency:" + "ab" * 32
+
+
 @given(
     fingerprint=st.text(alphabet="0123456789abcdef:", max_size=140),
     status=st.integers(100, 599),
@@ -42,11 +46,14 @@ def test_an_answer_comes_back_as_it_was_stored(
     fingerprint: str, status: int, blob: bytes, reason: str
 ) -> None:
     answer = Sealed(status, reason, blob)
-    assert cache.decode(cache.encode(fingerprint, answer)) == (fingerprint, answer)
+    assert cache.decode(NAME, cache.encode(NAME, fingerprint, answer)) == (fingerprint, answer)
 
 
-def test_the_stored_value_is_a_pickled_bytes_that_django_redis_can_read() -> None:
-    assert isinstance(pickle.loads(cache.encode("f", ANSWER)), bytes)
+def test_the_stored_value_is_the_librarys_own_bytes_never_a_pickle() -> None:
+    value = cache.encode(NAME, "f", ANSWER)
+    assert value[:1] == b"\x03"
+    with pytest.raises(pickle.UnpicklingError):
+        pickle.loads(value)
 
 
 @pytest.mark.parametrize(
@@ -56,30 +63,46 @@ def test_the_stored_value_is_a_pickled_bytes_that_django_redis_can_read() -> Non
         {"fingerprint": "f", "status": 201, "headers": [], "body": b"", "reason": ""},  # 0.1's
         pickle.dumps({"status": 201}),
         b"not a pickle",
-        pickle.dumps(b"\x03unknown layout"),
-        pickle.dumps(cache.encode("f", ANSWER)[:-3]),  # a truncated value
+        pickle.dumps(cache.encode(NAME, "f", ANSWER)),  # 0.4's wrapping
+        cache.encode(NAME, "f", ANSWER)[:-3],  # a truncated value
+        cache.encode(NAME, "f", ANSWER)[:-32] + bytes(32),  # a forged tag
+        cache.encode("idempotency:" + "cd" * 32, "f", ANSWER),  # another name's value
     ],
 )
-def test_a_value_it_cannot_read_is_a_miss(value: object) -> None:
-    assert cache.decode(value) is None
+def test_a_value_it_cannot_authenticate_is_a_miss(value: object) -> None:
+    assert cache.decode(NAME, value) is None
 
 
-def test_django_redis_on_one_server_gets_the_raw_client_and_the_rest_the_cache_api() -> None:
+@override_settings(SECRET_KEY="another project's")
+def test_a_value_from_another_projects_secret_is_a_miss() -> None:
+    value = cache.encode(NAME, "f", ANSWER)
+    with override_settings(SECRET_KEY="this project's"):
+        assert cache.decode(NAME, value) is None
+
+
+def test_both_redis_backends_get_the_raw_client_and_the_rest_the_cache_api() -> None:
     redis = "redis://127.0.0.1:6379/15"  # never connected to: choosing a store doesn't connect
     setting = {
         **LOCAL,
         "django_redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis},
         "replicated": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": [redis, redis]},
         "django": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis},
+        "sharded": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": [redis, redis],
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+        },
     }
     with override_settings(CACHES=setting):
-        assert isinstance(cache._store("django_redis"), cache._Redis)
-        for alias in ("replicated", "django", "local"):
+        for alias in ("django_redis", "replicated", "django"):
+            assert isinstance(cache._store(alias), cache._Redis)
+        for alias in ("sharded", "local"):
             assert isinstance(cache._store(alias), cache._Generic)
 
 
 @pytest.fixture
-def local() -> Iterator[None]:
+def local(db: None) -> Iterator[None]:
+    """Names carry the database's identity: a database to read it from."""
     with override_settings(CACHES=LOCAL):
         yield
         caches["local"].clear()

@@ -2,7 +2,8 @@
 
 The cache's names are keyed with the project's own secret (``IDEMPOTENCY_SECRET``,
 else ``SECRET_KEY``), so the default ``KEY_PREFIX`` shared by two projects is no
-longer a shared key space.
+longer a shared key space; and they carry the entries database's identity, so two
+deployments of one project (tests/test_sealing_adversaries.py) are not one either.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 from django.core.cache import caches
 from django.test import Client, override_settings
 
-from idempotency_django import cache
-from idempotency_django.models import IdempotencyEntry
+from idempotency_django import cache, secret
+from idempotency_django.models import IdempotencyDatabase, IdempotencyEntry
 from tests.helpers import charges, new_key, post
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_redis]
@@ -46,11 +47,15 @@ def test_a_project_is_never_answered_another_projects_cached_answer(key: str) ->
     assert charges(key) == 2
 
 
-def test_the_cache_key_names_the_database_and_the_projects_secret() -> None:
+@pytest.mark.django_db
+def test_the_cache_key_names_the_databases_identity_and_the_projects_secret() -> None:
     with override_settings(**FIRST):
         first = cache.cache_key("default", "1", "k")
-        assert cache.cache_key("shard1", "1", "k") != first
         assert cache.cache_key("default", "2", "k") != first
+        IdempotencyDatabase.objects.all().delete()  # another database: its own identity
+        secret._cache.clear()
+        assert cache.cache_key("default", "1", "k") != first
+        first = cache.cache_key("default", "1", "k")
     with override_settings(**SECOND):
         assert cache.cache_key("default", "1", "k") != first
     with override_settings(IDEMPOTENCY_SECRET="s", **FIRST):

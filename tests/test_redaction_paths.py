@@ -19,13 +19,25 @@ from tests.factories import IdempotencyEntryFactory
 from tests.helpers import post
 
 
-def test_a_body_that_is_not_json_is_stored_as_it_is() -> None:
+def test_a_body_the_paths_cannot_read_is_not_stored_at_all() -> None:
+    """Fail closed: a path may name a secret in a body it cannot parse (issue 44)."""
     paths = FieldPaths(["token"])
-    text = HttpResponse(b"token=abc", content_type="text/plain")
-    broken = HttpResponse(b"{not json", content_type="application/json")
-    assert paths(text) is text
-    assert paths(broken) is broken
-    assert stored_answer(text, paths).body == b"token=abc"
+    text = HttpResponse(b"token=abc", content_type="text/plain", status=201)
+    text["Location"] = "/tokens/7"
+    broken = HttpResponse(b'{"token": "abc", not json', content_type="application/json")
+    for response in (text, broken):
+        stored = stored_answer(response, paths)
+        assert stored.body == b""
+        assert (REDACTED_HEADER, "true") in stored.headers
+        assert not [name for name, _ in stored.headers if name.lower() == "content-type"]
+        assert b"abc" in response.content  # the caller's answer is untouched
+    assert ("Location", "/tokens/7") in stored_answer(text, paths).headers
+    assert stored_answer(text, paths).status == 201
+
+
+def test_an_empty_body_is_stored_as_it_is() -> None:
+    empty = HttpResponse(status=204)
+    assert stored_answer(empty, FieldPaths(["token"])).headers == stored_answer(empty, None).headers
 
 
 def test_field_paths_keep_status_reason_and_headers() -> None:
@@ -76,8 +88,8 @@ def test_a_plain_0_3_row_replayed_is_cached_sealed() -> None:
     assert real.status_code == 201
     replay = post(client, "/charges/", "old")
     assert replay.content == b'{"id": 1}'
-    value = caches["local"].get(cache.cache_key("default", "", "old"))
-    _fingerprint, sealed = cache.decode(value) or ("", None)
+    name = cache.cache_key("default", "", "old")
+    _fingerprint, sealed = cache.decode(name, caches["local"].get(name)) or ("", None)
     assert sealed is not None
     assert b'{"id": 1}' not in sealed.blob
     assert seal.opened("default", "", "old", sealed).body == b'{"id": 1}'
@@ -91,12 +103,12 @@ def test_a_cache_value_that_does_not_open_is_a_miss(caplog: pytest.LogCaptureFix
     first = post(client, "/charges/", "k")
     post(client, "/charges/", "k")  # fills the cache
     name = cache.cache_key("default", "", "k")
-    fingerprint, sealed = cache.decode(caches["local"].get(name)) or ("", None)
+    fingerprint, sealed = cache.decode(name, caches["local"].get(name)) or ("", None)
     assert sealed is not None
     tampered = seal.Sealed(
         sealed.status, sealed.reason, sealed.blob[:-1] + bytes([sealed.blob[-1] ^ 1])
     )
-    caches["local"].set(name, cache.encode(fingerprint, tampered))
+    caches["local"].set(name, cache.encode(name, fingerprint, tampered))
     with caplog.at_level(logging.WARNING, logger="idempotency_django"):
         replay = post(client, "/charges/", "k")
     assert replay.content == first.content  # the database answered

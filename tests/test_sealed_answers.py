@@ -6,7 +6,6 @@ clear 500; rotation keeps old rows replayable; a NUL in a header value survives 
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,10 +111,8 @@ def test_the_raw_redis_value_holds_neither_and_a_nul_never_splits_it(
             redis = backend.client.get_client()  # type: ignore[attr-defined]
             raw = redis.get(backend.make_key(cache.cache_key("default", "", key)))
             assert raw is not None
-            value = pickle.loads(raw)
             for secret in (BODY_SECRET, HEADER_SECRET, "X-Token-Hint", "stolen"):
                 assert secret.encode() not in raw
-                assert secret.encode() not in value
             replay = post(client, "/mint/", key)  # from the cache
             assert replay.content == first.content
             assert replay["X-Nul"] == "a\x00Set-Cookie\x00stolen=1"

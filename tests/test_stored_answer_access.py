@@ -136,7 +136,7 @@ def test_inspect_show_body_of_a_claim_and_of_a_0_3_row() -> None:
 
 
 def test_a_blob_that_is_not_sealed_does_not_open() -> None:
-    for blob in (b"", b"\x02" + bytes(40), b"\x01short"):
+    for blob in (b"", b"\x09" + bytes(40), b"\x02short"):
         with pytest.raises(seal.Unreadable, match="not a sealed answer"):
             seal.opened("default", "", "k", seal.Sealed(201, "", blob))
     assert seal.is_sealed_row('{"sealed": 1}')
