@@ -116,7 +116,8 @@ def as_another_database() -> None:
 
 
 def unreadable(response: Any) -> bool:
-    return response.status_code == 500 and problem(response)["type"].endswith("#answer-unreadable")
+    kind = str(problem(response)["type"]) if response.status_code == 500 else ""
+    return kind.endswith("#answer-unreadable")
 
 
 # -- someone holding a backup, a dump or a replica of the entries database ---------------
