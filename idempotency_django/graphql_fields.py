@@ -27,15 +27,19 @@ import asyncio
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import weakref
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
 
 from idempotency_django import core
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
@@ -44,20 +48,30 @@ from idempotency_django.options import Options, Policy
 
 try:
     from graphql import (
+        DirectiveNode,
         FieldNode,
         FragmentDefinitionNode,
         FragmentSpreadNode,
         GraphQLError,
         GraphQLField,
+        GraphQLInterfaceType,
+        GraphQLNamedType,
         GraphQLObjectType,
+        GraphQLSchema,
+        GraphQLUnionType,
         InlineFragmentNode,
+        OperationDefinitionNode,
+        OperationType,
         SelectionSetNode,
         StringValueNode,
         VariableNode,
-        Visitor,
-        print_ast,
-        visit,
+        get_named_type,
+        is_list_type,
+        is_wrapping_type,
+        parse,
+        value_from_ast_untyped,
     )
+    from graphql.execution.values import get_argument_values
 except ModuleNotFoundError as error:  # pragma: no cover  (an adapter's extra brings graphql-core)
     raise ModuleNotFoundError(
         f"{__name__} needs graphql-core: pip install 'idempotency-django[strawberry]'",
@@ -108,6 +122,8 @@ class _Running:
 _running: ContextVar[_Running | None] = ContextVar("idempotency_graphql_field", default=None)
 _ERRORS = "_idempotency_graphql_errors"  # on the execution context: its field errors so far
 _CHECKED = "_idempotency_graphql_checked"  # on the execution context: the document was checked
+_STEPS = "_idempotency_graphql_steps"  # on the execution context: the fields above protected ones
+_BATCH = "_idempotency_graphql_batch"  # on the request: its batch's shared-key verdict
 
 
 def entering(path: tuple[str | int, ...]) -> None:
@@ -150,24 +166,102 @@ def execute_field(
     if path.prev is None and not getattr(executor, _CHECKED, False):
         setattr(executor, _CHECKED, True)
         _refuse_a_shared_key(executor, protection_of, parent_type)
-    first = _field_nodes(nodes)[0]
-    definition = parent_type.fields.get(first.name.value)
+    field_nodes = _field_nodes(nodes)
+    definition = parent_type.fields.get(field_nodes[0].name.value)
     protection = None if definition is None else protection_of(definition)
     if protection is None:
+        if definition is not None and _leads_to_protection(executor, protection_of, definition):
+            _steps(executor)[id(path)] = _Step(parent_type, definition, field_nodes[0])
         return run(parent_type, source, nodes, path, *rest)
+    assert definition is not None
     field_run = _FieldRun(
         executor,
         protection,
         functools.partial(run, parent_type, source, nodes, path, *rest),
         _Running(tuple(path.as_list())),
-        _field_nodes(nodes),
+        field_nodes,
         parent_type,
+        definition,
+        path,
     )
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return field_run.execute()
     return sync_to_async(field_run.execute)()
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A field on the way to a protected one (``account(id: 7)`` above ``pay``): its
+    arguments are part of the protected field's identity."""
+
+    parent_type: GraphQLObjectType
+    definition: GraphQLField
+    node: FieldNode
+
+    def identity(self, executor: Any) -> list[Any]:
+        arguments = _arguments(executor, self.definition, self.node, ())
+        return [f"{self.parent_type.name}.{self.node.name.value}", arguments]
+
+
+def _steps(executor: Any) -> dict[int, _Step]:
+    """The fields above protected ones executed so far, by ``id()`` of their path: a path
+    lives as long as its sub-fields' paths (their ``prev``), so a live one is never stale."""
+    steps: dict[int, _Step] | None = getattr(executor, _STEPS, None)
+    if steps is None:
+        steps = {}
+        setattr(executor, _STEPS, steps)
+    return steps
+
+
+# Per schema: the names of the types from which a protected field can be reached.
+_REACHING: weakref.WeakKeyDictionary[GraphQLSchema, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _leads_to_protection(
+    executor: Any, protection_of: Callable[[GraphQLField], Protection | None], field: GraphQLField
+) -> bool:
+    """Whether a protected field may lie below ``field`` (only those fields are recorded)."""
+    schema: GraphQLSchema = executor.schema
+    reaching = _REACHING.get(schema)
+    if reaching is None:
+        reaching = _REACHING[schema] = _reaching(schema, protection_of)
+    return get_named_type(field.type).name in reaching
+
+
+def _reaching(
+    schema: GraphQLSchema, protection_of: Callable[[GraphQLField], Protection | None]
+) -> frozenset[str]:
+    reaching: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for named in schema.type_map.values():
+            if named.name not in reaching and _reaches(schema, protection_of, named, reaching):
+                reaching.add(named.name)
+                changed = True
+    return frozenset(reaching)
+
+
+def _reaches(
+    schema: GraphQLSchema,
+    protection_of: Callable[[GraphQLField], Protection | None],
+    named: GraphQLNamedType,
+    reaching: set[str],
+) -> bool:
+    if isinstance(named, GraphQLUnionType):
+        return any(member.name in reaching for member in named.types)
+    if not isinstance(named, GraphQLObjectType | GraphQLInterfaceType):
+        return False
+    if isinstance(named, GraphQLInterfaceType):
+        possible = schema.get_possible_types(named)
+        if any(member.name in reaching for member in possible):
+            return True
+    return any(
+        protection_of(definition) is not None or get_named_type(definition.type).name in reaching
+        for definition in named.fields.values()
+    )
 
 
 @dataclass
@@ -180,6 +274,8 @@ class _FieldRun:
     running: _Running
     nodes: list[FieldNode]
     parent_type: GraphQLObjectType
+    definition: GraphQLField
+    path: Any
     request: HttpRequest | None = field(default=None, init=False)
 
     def execute(self) -> Any:
@@ -214,7 +310,9 @@ class _FieldRun:
         key = argument_key(self.nodes[0], self.protection, values)
         if key is None and policy.required and self.request.headers.get(policy.header) is None:
             raise KeyMissing(_missing(self.protection, policy.header))
-        digest = fingerprint(self.executor, self.parent_type, self.nodes, self.protection)
+        digest = fingerprint(
+            self.executor, self.parent_type, self.definition, self.nodes, self.protection, self.path
+        )
         return replace(
             policy,
             key=None if key is None else (lambda _request: key),
@@ -314,54 +412,127 @@ def argument_key(node: FieldNode, protection: Protection, values: Mapping[str, A
 
 
 def fingerprint(
-    executor: Any, parent_type: GraphQLObjectType, nodes: list[FieldNode], protection: Protection
+    executor: Any,
+    parent_type: GraphQLObjectType,
+    definition: GraphQLField,
+    nodes: list[FieldNode],
+    protection: Protection,
+    path: Any,
 ) -> str:
-    """What "the same request" is for a field: its arguments (but the key), its directives,
-    its selection set, and the variables and fragments these use. Not its alias: the
-    stored value is the field's, whatever the response calls it."""
+    """What "the same call" is for a field: where it stands (the fields above it and their
+    arguments: ``account(id: 7) { pay }`` is not ``account(id: 8) { pay }``), its arguments
+    (but the key), its directives and its selection set, every value as the operation
+    resolves it: ``amount: $a`` with ``a`` 5 is ``amount: 5``. Not the aliases of the field
+    or of those above it: the stored value is the field's, whatever the response calls it."""
+    values = dict(variable_values(executor))
     fragments = fragment_definitions(executor)
-    parts: list[Any] = [f"{parent_type.name}.{nodes[0].name.value}"]
-    uses = _Uses()
+    skip = _key_names(definition, protection)
+    used: set[str] = set()
+    parts: list[Any] = [
+        _ancestry(executor, path),
+        f"{parent_type.name}.{nodes[0].name.value}",
+        _arguments(executor, definition, nodes[0], skip),
+    ]
     for node in nodes:
-        arguments = [a for a in node.arguments or () if a.name.value != protection.argument]
-        pieces = [*arguments, *(node.directives or ())]
+        parts.append(_directives(node.directives, values))
         if node.selection_set is not None:
-            pieces.append(node.selection_set)
-        for piece in pieces:
-            visit(piece, uses)
-        parts.append([print_ast(piece) for piece in pieces])
-    seen: dict[str, str] = {}
-    while pending := sorted(uses.fragments - seen.keys()):
+            parts.append(_selection(node.selection_set, values, used))
+    seen: dict[str, Any] = {}
+    while pending := sorted(used - seen.keys()):
         for name in pending:
-            definition = fragments.get(name)
-            seen[name] = "" if definition is None else print_ast(definition)
-            if definition is not None:
-                visit(definition, uses)
-    values = variable_values(executor)
-    used = {name: values.get(name) for name in sorted(uses.variables)}
-    canonical = json.dumps([parts, seen, used], sort_keys=True, default=_plain)
+            fragment = fragments.get(name)
+            seen[name] = None if fragment is None else _fragment(fragment, values, used)
+    canonical = json.dumps([parts, seen], sort_keys=True, default=_plain)
     return arguments_digest(canonical)
 
 
+def _ancestry(executor: Any, path: Any) -> list[Any]:
+    """The fields above the one at ``path``, from the root: each its name and arguments, a
+    list's item its index."""
+    steps: dict[int, _Step] = getattr(executor, _STEPS, None) or {}
+    found: list[Any] = []
+    at = path.prev
+    while at is not None:
+        step = None if isinstance(at.key, int) else steps.get(id(at))
+        found.append(at.key if step is None else step.identity(executor))
+        at = at.prev
+    return found[::-1]
+
+
+def _key_names(definition: GraphQLField, protection: Protection) -> tuple[str, ...]:
+    """The key argument's GraphQL name and the name its value is given under (Graphene's
+    ``out_name``): the key is not part of the call."""
+    if protection.argument is None:
+        return ()
+    argument = definition.args.get(protection.argument)
+    out_name = None if argument is None else argument.out_name
+    return (protection.argument,) if out_name is None else (protection.argument, out_name)
+
+
+def _arguments(
+    executor: Any, definition: GraphQLField, node: FieldNode, skip: Iterable[str]
+) -> dict[str, Any]:
+    """A field's arguments as its resolver receives them: coerced, variables resolved,
+    defaults filled in (the execution context's own coercion, already validated)."""
+    values = get_argument_values(definition, node, executor.variable_values)
+    for name in skip:
+        values.pop(name, None)
+    return values
+
+
+def _directives(directives: Iterable[DirectiveNode] | None, values: dict[str, Any]) -> Any:
+    return [
+        [directive.name.value, _untyped(directive.arguments, values)]
+        for directive in directives or ()
+    ]
+
+
+def _untyped(arguments: Iterable[Any] | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Arguments in a selection set, variables resolved (their types are not at hand: an
+    enum's variable and its literal may still differ)."""
+    return {
+        argument.name.value: value_from_ast_untyped(argument.value, values)
+        for argument in arguments or ()
+    }
+
+
+def _selection(selections: SelectionSetNode, values: dict[str, Any], used: set[str]) -> Any:
+    """A selection set, canonical: names, aliases (they shape the stored value), arguments,
+    directives and fragments, with every variable replaced by its value."""
+    found: list[Any] = []
+    for node in selections.selections:
+        directives = _directives(node.directives, values)
+        if isinstance(node, FieldNode):
+            alias = None if node.alias is None else node.alias.value
+            arguments = _untyped(node.arguments, values)
+            below = None
+            if node.selection_set is not None:
+                below = _selection(node.selection_set, values, used)
+            found.append(["field", alias, node.name.value, arguments, directives, below])
+        elif isinstance(node, InlineFragmentNode):
+            condition = None if node.type_condition is None else node.type_condition.name.value
+            below = _selection(node.selection_set, values, used)
+            found.append(["inline", condition, directives, below])
+        elif isinstance(node, FragmentSpreadNode):
+            used.add(node.name.value)
+            found.append(["spread", node.name.value, directives])
+    return found
+
+
+def _fragment(fragment: FragmentDefinitionNode, values: dict[str, Any], used: set[str]) -> Any:
+    return [
+        fragment.type_condition.name.value,
+        _directives(fragment.directives, values),
+        _selection(fragment.selection_set, values, used),
+    ]
+
+
 def _plain(value: object) -> object:
-    """A coerced variable that is no JSON value (an input object instance, a Decimal)."""
+    """A coerced value that is no JSON value (an enum, an input object instance, a Decimal)."""
+    if isinstance(value, Enum):
+        return value.name
     attributes = getattr(value, "__dict__", None)
     return attributes if attributes is not None else str(value)
-
-
-class _Uses(Visitor):
-    """The variables and fragments a piece of a document refers to."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.variables: set[str] = set()
-        self.fragments: set[str] = set()
-
-    def enter_variable(self, node: VariableNode, *_: Any) -> None:
-        self.variables.add(node.name.value)
-
-    def enter_fragment_spread(self, node: FragmentSpreadNode, *_: Any) -> None:
-        self.fragments.add(node.name.value)
 
 
 def _field_nodes(nodes: Any) -> list[FieldNode]:
@@ -374,59 +545,184 @@ def _missing(protection: Protection, header: str) -> str:
     return f"This mutation field requires an idempotency key: {where}the {header} header."
 
 
+@dataclass(frozen=True)
+class _Operation:
+    """One operation of a request, as the shared-key check reads it."""
+
+    root_type: GraphQLObjectType | None
+    selection_set: SelectionSetNode
+    fragments: Mapping[str, FragmentDefinitionNode]
+    variables: Mapping[str, Any]
+
+
 def _refuse_a_shared_key(
     executor: Any,
     protection_of: Callable[[GraphQLField], Protection | None],
     root_type: GraphQLObjectType,
 ) -> None:
     """Before the first root field runs: refuse the document if two protected fields of it
-    would take their key from one header (the key would protect only the first)."""
+    (at any depth), or of the batch it came in, would take their key from one header (the
+    key would protect only the first); or if one under a list would (it runs per item)."""
     try:
         request = request_of(executor.context_value)
     except ImproperlyConfigured:
         return  # each protected field reports it
-    values = variable_values(executor)
-    headers: dict[str, int] = {}
-    for node in _root_fields(executor.operation.selection_set, fragment_definitions(executor)):
-        definition = root_type.fields.get(node.name.value)
-        protection = None if definition is None else protection_of(definition)
-        if protection is None or argument_key(node, protection, values) is not None:
+    verdict: str | None
+    if hasattr(request, _BATCH):  # another operation of this batch decided for all of them
+        verdict = getattr(request, _BATCH)
+    else:
+        batch = _batch(request, executor.schema)
+        operations = batch or [
+            _Operation(
+                root_type,
+                executor.operation.selection_set,
+                fragment_definitions(executor),
+                variable_values(executor),
+            )
+        ]
+        verdict = _shared_header(executor.schema, protection_of, request, operations)
+        if batch is not None:
+            setattr(request, _BATCH, verdict)
+    if verdict is not None:
+        raise graphql_error(KeyShared(KeyShared.default_detail.format(header=verdict)))
+
+
+def _shared_header(
+    schema: GraphQLSchema,
+    protection_of: Callable[[GraphQLField], Protection | None],
+    request: HttpRequest,
+    operations: Iterable[_Operation],
+) -> str | None:
+    """The header two protected fields of ``operations`` would both take their key from."""
+    counts: Counter[str] = Counter()
+    for operation in operations:
+        if operation.root_type is None:
             continue
-        header = protection.options.resolve(request).header
-        if request.headers.get(header) is not None:
-            headers[header] = headers.get(header, 0) + 1
-    for header, count in headers.items():
-        if count > 1:
-            raise graphql_error(KeyShared(KeyShared.default_detail.format(header=header)))
+        walk = _Walk(schema, protection_of, request, operation, counts)
+        walk.fields(operation.root_type, [operation.selection_set], many=False)
+    return next((header for header, count in counts.items() if count > 1), None)
 
 
-def _root_fields(
-    selections: SelectionSetNode, fragments: Mapping[str, FragmentDefinitionNode]
-) -> Iterator[FieldNode]:
-    """The root fields of an operation, one per response name (as graphql-core merges them).
+@dataclass
+class _Walk:
+    """Counts the header-keyed protected fields of one operation, at every depth.
 
-    ``@skip`` and ``@include`` are not evaluated: a field either would be counts.
+    Fields are merged by response name, as graphql-core merges them; ``@skip`` and
+    ``@include`` are not evaluated: a field either would be counts.
     """
-    seen: set[str] = set()
-    for node in _selected(selections, fragments):
-        name = (node.alias or node.name).value
-        if name not in seen:
-            seen.add(name)
-            yield node
+
+    schema: GraphQLSchema
+    protection_of: Callable[[GraphQLField], Protection | None]
+    request: HttpRequest
+    operation: _Operation
+    counts: Counter[str]
+
+    def fields(
+        self, parent: GraphQLNamedType, selection_sets: list[SelectionSetNode], many: bool
+    ) -> None:
+        merged: dict[str, list[tuple[FieldNode, GraphQLNamedType]]] = {}
+        for selections in selection_sets:
+            for node, on in _selected(selections, self.operation.fragments, parent, self.schema):
+                merged.setdefault((node.alias or node.name).value, []).append((node, on))
+        for group in merged.values():
+            self.field(group, many)
+
+    def field(self, group: list[tuple[FieldNode, GraphQLNamedType]], many: bool) -> None:
+        node, on = group[0]
+        fields = getattr(on, "fields", None) or {}
+        definition = fields.get(node.name.value)
+        if definition is None:
+            return
+        protection = self.protection_of(definition)
+        if protection is not None:
+            self.count(node, protection, many)
+        below = [n.selection_set for n, _ in group if n.selection_set is not None]
+        if below:
+            self.fields(get_named_type(definition.type), below, many or _is_list(definition))
+
+    def count(self, node: FieldNode, protection: Protection, many: bool) -> None:
+        if argument_key(node, protection, self.operation.variables) is not None:
+            return
+        header = protection.options.resolve(self.request).header
+        if self.request.headers.get(header) is not None:
+            self.counts[header] += 2 if many else 1  # under a list: once per item
+
+
+def _is_list(definition: GraphQLField) -> bool:
+    wrapped: Any = definition.type
+    while is_wrapping_type(wrapped):
+        if is_list_type(wrapped):
+            return True
+        wrapped = wrapped.of_type
+    return False
 
 
 def _selected(
-    selections: SelectionSetNode, fragments: Mapping[str, FragmentDefinitionNode]
-) -> Iterator[FieldNode]:
+    selections: SelectionSetNode,
+    fragments: Mapping[str, FragmentDefinitionNode],
+    on: GraphQLNamedType,
+    schema: GraphQLSchema,
+) -> Iterator[tuple[FieldNode, GraphQLNamedType]]:
+    """The fields of a selection set, through its fragments, each with the type it is on."""
     for selection in selections.selections:
         if isinstance(selection, FieldNode):
-            yield selection
+            yield selection, on
         elif isinstance(selection, InlineFragmentNode):
-            yield from _selected(selection.selection_set, fragments)
+            condition = selection.type_condition
+            inner = on if condition is None else schema.get_type(condition.name.value) or on
+            yield from _selected(selection.selection_set, fragments, inner, schema)
         elif isinstance(selection, FragmentSpreadNode):
             fragment = fragments.get(selection.name.value)
             if fragment is not None:
-                yield from _selected(fragment.selection_set, fragments)
+                inner = schema.get_type(fragment.type_condition.name.value) or on
+                yield from _selected(fragment.selection_set, fragments, inner, schema)
+
+
+_ROOTS = {
+    OperationType.QUERY: "query_type",
+    OperationType.MUTATION: "mutation_type",
+    OperationType.SUBSCRIPTION: "subscription_type",
+}
+
+
+def _batch(request: HttpRequest, schema: GraphQLSchema) -> list[_Operation] | None:
+    """The operations of a batched request (a JSON list of GraphQL requests, as Strawberry's
+    batching and graphene-django's ``batch=True`` take), or ``None``."""
+    if request.content_type != "application/json":
+        return None
+    try:
+        items = json.loads(request.body)
+    except (RawPostDataException, ValueError):
+        return None
+    if not isinstance(items, list):
+        return None
+    return [found for item in items if (found := _operation(item, schema)) is not None]
+
+
+def _operation(item: object, schema: GraphQLSchema) -> _Operation | None:
+    """One request of a batch, or ``None`` if it is none (its own execution reports it)."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("query"), str):
+        return None
+    try:
+        document = parse(item["query"])
+    except GraphQLError:
+        return None
+    name = item.get("operationName")
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    chosen = [o for o in operations if name is None or (o.name and o.name.value == name)]
+    if len(chosen) != 1:
+        return None
+    fragments = {
+        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+    }
+    variables = item.get("variables")
+    root_type = getattr(schema, _ROOTS[chosen[0].operation])
+    return _Operation(
+        root_type,
+        chosen[0].selection_set,
+        fragments,
+        variables if isinstance(variables, Mapping) else {},
+    )
 
 
 __all__ = [

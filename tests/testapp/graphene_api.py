@@ -77,6 +77,37 @@ class PayChargeAsync(graphene.Mutation):
         return await sync_to_async(_charge)(info, **kwargs)
 
 
+class PayArguments:
+    reference = graphene.String(required=True)
+    amount = graphene.Int(default_value=100)
+
+
+@idempotent
+class Pay(graphene.Mutation):
+    """The namespaced-mutation shape, ``account(id) { pay(...) }``: the payment's charge is
+    ``"{reference}:{account}"``, so a test counts each account's effects apart."""
+
+    Arguments = PayArguments
+    Output = Paid
+
+    def mutate(account: int, info: Any, reference: str, amount: int) -> dict[str, Any]:
+        return _charge(info, f"{reference}:{account}", amount, False, False)
+
+
+@idempotent
+class PayAsync(graphene.Mutation):
+    Arguments = PayArguments
+    Output = Paid
+
+    async def mutate(account: int, info: Any, reference: str, amount: int) -> dict[str, Any]:
+        return await sync_to_async(_charge)(info, f"{reference}:{account}", amount, False, False)
+
+
+class AccountOps(graphene.ObjectType):
+    pay = Pay.Field()
+    pay_async = PayAsync.Field()
+
+
 class Query(graphene.ObjectType):
     ping = graphene.String(default_value="pong")
 
@@ -84,6 +115,14 @@ class Query(graphene.ObjectType):
 class Mutation(graphene.ObjectType):
     charge = PayCharge.Field()
     charge_async = PayChargeAsync.Field()
+    account = graphene.Field(AccountOps, id=graphene.Int(required=True))
+    accounts = graphene.List(AccountOps, ids=graphene.List(graphene.Int, required=True))
+
+    def resolve_account(root: Any, info: Any, id: int) -> int:
+        return id
+
+    def resolve_accounts(root: Any, info: Any, ids: list[int]) -> list[int]:
+        return ids
 
 
 schema = graphene.Schema(query=Query, mutation=Mutation)
@@ -93,6 +132,14 @@ urlpatterns = [
         "",
         csrf_exempt(
             GraphQLView.as_view(schema=schema, execution_context_class=IdempotentExecutionContext)
+        ),
+    ),
+    path(
+        "batch/",
+        csrf_exempt(
+            GraphQLView.as_view(
+                schema=schema, batch=True, execution_context_class=IdempotentExecutionContext
+            )
         ),
     ),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=schema))),

@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
+from strawberry.schema.config import StrawberryConfig
 
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
 from tests.testapp.models import Charge
@@ -89,7 +90,37 @@ class Query:
 
 
 @strawberry.type
+class AccountOps:
+    """The namespaced-mutation shape, ``account(id) { pay(...) }``: the payment's charge is
+    ``"{reference}:{account}"``, so a test counts each account's effects apart."""
+
+    account: strawberry.Private[int]
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def pay(self, info: strawberry.Info, reference: str, amount: int = 100) -> ChargePayload:
+        reference = f"{reference}:{self.account}"
+        return _charge(info.context.request, reference, amount, False, False, False)
+
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    async def pay_async(
+        self, info: strawberry.Info, reference: str, amount: int = 100
+    ) -> AsyncChargePayload:
+        reference = f"{reference}:{self.account}"
+        request = info.context.request
+        paid = await sync_to_async(_charge)(request, reference, amount, False, False, False)
+        return AsyncChargePayload(**vars(paid))
+
+
+@strawberry.type
 class Mutation:
+    @strawberry.field
+    def account(self, id: int) -> AccountOps:
+        return AccountOps(account=id)
+
+    @strawberry.field
+    def accounts(self, ids: list[int]) -> list[AccountOps]:
+        return [AccountOps(account=id) for id in ids]
+
     @strawberry.mutation(extensions=[IdempotentExtension()])
     def charge(
         self,
@@ -133,11 +164,20 @@ class Mutation:
 schema = strawberry.Schema(
     query=Query, mutation=Mutation, execution_context_class=IdempotentExecutionContext
 )
+# The same schema with Strawberry's batching on: a request may carry several operations.
+batching = strawberry.Schema(
+    query=Query,
+    mutation=Mutation,
+    execution_context_class=IdempotentExecutionContext,
+    config=StrawberryConfig(batching_config={"max_operations": 10}),
+)
 # The same types without our execution context: a protected field refuses to run.
 misconfigured = strawberry.Schema(query=Query, mutation=Mutation)
 
 urlpatterns = [
     path("", csrf_exempt(GraphQLView.as_view(schema=schema))),
     path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema))),
+    path("batch/", csrf_exempt(GraphQLView.as_view(schema=batching))),
+    path("async/batch/", csrf_exempt(AsyncGraphQLView.as_view(schema=batching))),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
