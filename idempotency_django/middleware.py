@@ -113,4 +113,5 @@ def _authenticates_inside(view: Callable[..., Any]) -> bool:
         base.__module__.startswith("rest_framework.") for base in cls.__mro__
     ):
         return True
+    view = view.func if isinstance(view, functools.partial) else view  # Ninja's docs views
     return str(getattr(view, "__module__", "")).startswith("ninja.")

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import pytest
+from django import forms
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.template import Context, Template
 from django.test import Client, RequestFactory
@@ -28,7 +30,7 @@ def rendered_key(client: Client, path: str) -> str:
     assert page.status_code == 200
     found = _KEY.findall(page.content.decode())
     assert len(found) == 1, page.content
-    return found[0]
+    return str(found[0])
 
 
 def submit(client: Client, path: str, key: str | None, **fields: Any) -> Any:
@@ -51,12 +53,13 @@ def test_the_tag_renders_a_hidden_input_holding_a_fresh_uuid7_each_time() -> Non
 
 
 def test_the_form_field_renders_a_fresh_key_even_when_the_form_is_bound() -> None:
-    class Form(__import__("django").forms.Form):
+    class Form(forms.Form):
         idempotency_key = IdempotencyKeyField()
 
     bound = Form({"idempotency_key": "old-key"})
     html = str(bound["idempotency_key"])
-    assert 'type="hidden"' in html and "old-key" not in html
+    assert 'type="hidden"' in html
+    assert "old-key" not in html
     assert bound.is_valid()
 
 
@@ -156,7 +159,7 @@ def test_an_api_client_still_gets_problem_json_for_the_same_refusal(client: Clie
     key = rendered_key(client, "/forms/charge/")
     submit(client, "/forms/charge/", key)
     for accept in ("*/*", "application/json", None):
-        extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+        extra: dict[str, Any] = {} if accept is None else {"HTTP_ACCEPT": accept}
         refused = client.post(
             "/forms/charge/", {"reference": "x", "amount": "2", FIELD_NAME: key}, **extra
         )
@@ -237,9 +240,9 @@ def test_a_wrong_mixin_option_fails_when_the_urlconf_loads() -> None:
     from tests.testapp.form_views import ChargeCreate
 
     class Wrong(ChargeCreate):
-        idempotency_options = {"wiat": 3}
+        idempotency_options: ClassVar[Mapping[str, Any]] = {"wiat": 3}
 
-    with pytest.raises(ImproperlyConfigured, match="Wrong.idempotency_options"):
+    with pytest.raises(ImproperlyConfigured, match=r"Wrong\.idempotency_options"):
         Wrong.as_view()
 
 
@@ -251,7 +254,8 @@ def test_an_anonymous_visitors_form_keys_live_in_their_session(client: Client) -
     submit(client, "/forms/charge/", key)
     entry = IdempotencyEntry.objects.get(key=key)
     session_key = client.session.session_key
-    assert session_key and entry.tenant.startswith("session:")
+    assert session_key
+    assert entry.tenant.startswith("session:")
     assert session_key not in entry.tenant  # a credential: only its digest is stored
 
 
@@ -278,3 +282,23 @@ def test_a_logged_in_users_form_keys_live_in_the_users_key_space(
 def test_the_visitor_without_a_session_shares_the_anonymous_key_space() -> None:
     request = RequestFactory().post("/")
     assert visitor(request) == ""
+
+
+# --- the start-up check --------------------------------------------------------------------------
+
+
+def test_forms_without_sessions_warn_at_start_up(settings: Any) -> None:
+    from idempotency_django.checks import check_form_sessions
+
+    settings.MIDDLEWARE = ["idempotency_django.middleware.IdempotencyMiddleware"]
+    [warning] = check_form_sessions()
+    assert warning.id == "idempotency_django.W090"
+
+
+def test_forms_with_sessions_or_an_own_resolver_do_not_warn(settings: Any) -> None:
+    from idempotency_django.checks import check_form_sessions
+
+    assert check_form_sessions() == []  # the test settings have sessions
+    settings.MIDDLEWARE = []
+    settings.IDEMPOTENCY_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
+    assert check_form_sessions() == []

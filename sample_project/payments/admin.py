@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING
 
 from django.contrib import admin
 
+from idempotency_django.admin import IdempotentAdminMixin
 from sample_project.payments.models import Charge
 
 if TYPE_CHECKING:
@@ -13,7 +14,9 @@ else:
 
 
 @admin.register(Charge)
-class ChargeAdmin(ChargeAdminBase):
+class ChargeAdmin(IdempotentAdminMixin, ChargeAdminBase):
+    """Add, change, delete and actions run once per rendered form ("Save" pressed twice)."""
+
     list_display = ("id", "amount", "currency", "user", "created_at")
 
 

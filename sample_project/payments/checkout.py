@@ -97,18 +97,14 @@ def _provider_key(request: HttpRequest, key: str) -> str:
     return derive_key(conf.TENANT_RESOLVER(request), key, "provider")
 
 
-def _form_key(request: HttpRequest) -> str | None:
-    return request.POST.get("idempotency_key")
-
-
 # wait=: a second submission arriving while the first still runs waits for its answer
 # (the browser shows only the last submission's answer: a 409 there would hide the receipt).
 @require_http_methods(["GET", "POST"])
-@idempotent(key=_form_key, wait=FORM_WAIT)
+@idempotent(wait=FORM_WAIT)  # the key: the form's idempotency_key field
 def pay_form(request: IdempotentRequest) -> HttpResponse:
     """The no-JavaScript recipe: GET renders a fresh key, POST charges and redirects."""
     if request.method == "GET":
-        context = {"order": new_order(), "idempotency_key": uuid7()}
+        context = {"order": new_order()}  # {% idempotency_key_field %} draws the key
         return render(request, "payments/form.html", context)
     order, amount = request.POST.get("order", ""), request.POST.get("amount", "")
     if not ORDER.fullmatch(order) or not amount.isdigit() or int(amount) <= 0:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from django import forms
+from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path
 from django.views.generic import CreateView, DeleteView, FormView, UpdateView
 
 from idempotency_django import idempotency_exempt, idempotent
+from idempotency_django.admin import IdempotentAdminMixin, protect_admin
 from idempotency_django.forms import IdempotencyKeyField
 from idempotency_django.views import IdempotentFormMixin
 from tests.testapp.models import Charge
@@ -20,7 +23,7 @@ from tests.testapp.urls import urlpatterns as testapp_urlpatterns
 class ChargeForm(forms.ModelForm[Charge]):
     class Meta:
         model = Charge
-        fields = ["reference", "amount"]
+        fields = ("reference", "amount")
 
 
 class KeyedChargeForm(ChargeForm):
@@ -61,18 +64,18 @@ def done(request: HttpRequest, pk: int) -> HttpResponse:
 
 class ChargeCreate(IdempotentFormMixin, CreateView[Charge, Any]):
     model = Charge
-    fields = ["reference", "amount"]
+    fields = ("reference", "amount")
     success_url = "/forms/done/{id}/"
 
 
 class RacingChargeCreate(ChargeCreate):
     # Generous: a duplicate must outwait the first on a machine of any speed.
-    idempotency_options = {"wait": 60}
+    idempotency_options: ClassVar[Mapping[str, Any]] = {"wait": 60}
 
 
 class ChargeUpdate(IdempotentFormMixin, UpdateView[Charge, Any]):
     model = Charge
-    fields = ["reference", "amount"]
+    fields = ("reference", "amount")
     success_url = "/forms/done/{id}/"
 
 
@@ -106,7 +109,26 @@ def exempt_charge(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
 
 
+class ChargeAdmin(IdempotentAdminMixin, admin.ModelAdmin[Charge]):
+    actions = ("double_amounts",)
+
+    @admin.action(description="Double the amounts")
+    def double_amounts(self, request: HttpRequest, queryset: Any) -> None:
+        for charge in queryset:
+            charge.amount *= 2
+            charge.save()
+
+
+# One site with the mixin on its ModelAdmin, one protected whole by protect_admin().
+forms_admin = admin.AdminSite(name="forms_admin")
+forms_admin.register(Charge, ChargeAdmin)
+plain_admin = admin.AdminSite(name="plain_admin")
+plain_admin.register(Charge)
+protect_admin(plain_admin)
+
 urlpatterns = [
+    path("forms-admin/", forms_admin.urls),
+    path("plain-admin/", plain_admin.urls),
     path("forms/charge/", charge_form),
     path("forms/upload/", upload),
     path("forms/done/<int:pk>/", done),

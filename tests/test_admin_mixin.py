@@ -1,0 +1,109 @@
+"""IdempotentAdminMixin: a ModelAdmin's add, change and delete views and its actions run
+once per rendered form; protect_admin() gives every registered ModelAdmin the mixin."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from idempotency_django.admin import IdempotentAdminMixin
+from idempotency_django.forms import FIELD_NAME
+from tests.testapp.form_views import plain_admin
+from tests.testapp.models import Charge
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.testapp.form_views")]
+
+_KEYS = re.compile(r'name="idempotency_key" value="([^"]+)"')
+
+
+@pytest.fixture
+def staff(client: Client, django_user_model: Any) -> Client:
+    user = django_user_model.objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(user)
+    return client
+
+
+def keys_of(client: Client, path: str) -> list[str]:
+    """The keys of the page's forms that post, less the header's logout form (the first)."""
+    page = client.get(path)
+    assert page.status_code == 200
+    keys = _KEYS.findall(page.content.decode())
+    assert len(keys) == 2, keys  # logout, then the page's own form
+    return keys[1:]
+
+
+def test_the_admin_change_form_renders_a_fresh_key_in_its_form(staff: Client) -> None:
+    first, second = (
+        keys_of(staff, "/forms-admin/testapp/charge/add/"),
+        keys_of(staff, "/forms-admin/testapp/charge/add/"),
+    )
+    assert len(first) == len(second) == 1
+    assert first != second
+
+
+def test_the_admin_add_form_saved_twice_adds_one_row(staff: Client) -> None:
+    [key] = keys_of(staff, "/forms-admin/testapp/charge/add/")
+    data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}
+    first = staff.post("/forms-admin/testapp/charge/add/", data)
+    again = staff.post("/forms-admin/testapp/charge/add/", data)
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_the_admin_change_form_saved_twice_changes_once(staff: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    path = f"/forms-admin/testapp/charge/{charge.pk}/change/"
+    [key] = keys_of(staff, path)
+    data = {"reference": "r", "amount": "5", "_save": "Save", FIELD_NAME: key}
+    staff.post(path, data)
+    Charge.objects.filter(pk=charge.pk).update(amount=9)
+    again = staff.post(path, data)
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.get(pk=charge.pk).amount == 9
+
+
+def test_the_admin_delete_confirmed_twice_is_a_replay_not_an_error(staff: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    path = f"/forms-admin/testapp/charge/{charge.pk}/delete/"
+    [key] = keys_of(staff, path)
+    first = staff.post(path, {"post": "yes", FIELD_NAME: key})
+    again = staff.post(path, {"post": "yes", FIELD_NAME: key})
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert not Charge.objects.exists()
+
+
+def test_an_admin_action_posted_twice_runs_once(staff: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    [key] = keys_of(staff, "/forms-admin/testapp/charge/")
+    data = {"action": "double_amounts", "_selected_action": [str(charge.pk)], FIELD_NAME: key}
+    staff.post("/forms-admin/testapp/charge/", data)
+    again = staff.post("/forms-admin/testapp/charge/", data)
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.get(pk=charge.pk).amount == 2
+
+
+def test_an_admin_post_without_a_key_runs_as_the_admin_always_did(staff: Client) -> None:
+    data = {"reference": "r", "amount": "3", "_save": "Save"}
+    staff.post("/forms-admin/testapp/charge/add/", data)
+    staff.post("/forms-admin/testapp/charge/add/", data)
+    assert Charge.objects.count() == 2
+
+
+def test_protect_admin_gives_every_registered_model_admin_the_mixin(staff: Client) -> None:
+    assert all(isinstance(m, IdempotentAdminMixin) for m in plain_admin._registry.values())
+    [key] = keys_of(staff, "/plain-admin/testapp/charge/add/")
+    data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}
+    staff.post("/plain-admin/testapp/charge/add/", data)
+    staff.post("/plain-admin/testapp/charge/add/", data)
+    assert Charge.objects.count() == 1
+
+
+def test_the_admin_login_check_runs_before_the_protection(client: Client) -> None:
+    response = client.post("/forms-admin/testapp/charge/add/", {FIELD_NAME: "k"})
+    assert response.status_code == 302
+    assert "/login/" in response["Location"]
