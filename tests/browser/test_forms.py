@@ -1,0 +1,84 @@
+"""The sample's order form and admin in headless Chromium: the back button and the admin's
+"Save" pressed twice each leave one order, and the person sees a page that says so.
+
+(The double-click on the order form is ``test_checkout.test_the_form_submitted_twice_pays_once``.)
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.browser.conftest import Sample
+from tests.browser.test_checkout import Screenshot, server_charges
+from tests.browser.test_demo_pages import log_in_as_demo
+
+pytestmark = pytest.mark.browser
+
+
+def pay_by_form(browser: webdriver.Chrome, sample: Sample) -> str:
+    """Open the order form, pay, land on the receipt; the order's id."""
+    browser.get(f"{sample.url}/checkout/form/")
+    order = browser.find_element(By.ID, "order").text
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 15).until(lambda b: "/checkout/receipts/" in b.current_url)
+    return order
+
+
+def test_the_back_button_and_the_same_form_sent_again_shows_the_same_receipt(
+    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot
+) -> None:
+    order = pay_by_form(browser, sample)
+    receipt = browser.current_url
+    browser.back()  # the form, as it was: the same key
+    WebDriverWait(browser, 10).until(lambda b: "/checkout/form/" in b.current_url)
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 15).until(lambda b: "/checkout/receipts/" in b.current_url)
+    assert browser.current_url == receipt
+    assert int(browser.find_element(By.ID, "charges").text) == server_charges(sample, order) == 1
+    screenshot("form-back-same")
+
+
+def test_the_back_button_and_an_edited_form_shows_a_page_that_says_what_happened(
+    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot
+) -> None:
+    order = pay_by_form(browser, sample)
+    browser.back()
+    WebDriverWait(browser, 10).until(lambda b: "/checkout/form/" in b.current_url)
+    amount = browser.find_element(By.NAME, "amount")
+    amount.clear()
+    amount.send_keys("2500")
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 15).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "[data-idempotency-refusal]")
+    )
+    page = browser.find_element(By.TAG_NAME, "main")
+    assert page.get_attribute("data-idempotency-refusal") == "key-reused"
+    assert "This form was already sent" in page.text
+    assert server_charges(sample, order) == 1
+    browser.find_element(By.ID, "fresh-form").click()  # what the person can do next
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "order"))
+    assert browser.find_element(By.ID, "order").text != order
+    screenshot("form-back-edited")
+
+
+def test_the_admins_add_form_saved_twice_adds_one_row(
+    browser: webdriver.Chrome, sample: Sample, sample_database: str, screenshot: Screenshot
+) -> None:
+    log_in_as_demo(browser, sample, sample_database)
+    order = secrets.token_hex(6)
+    browser.get(f"{sample.url}/admin/payments/charge/add/")
+    browser.find_element(By.NAME, "amount").send_keys("700")
+    browser.find_element(By.NAME, "description").send_keys(f"checkout {order}")
+    # Two clicks 300 ms apart, from the page itself (the driver would wait in between).
+    browser.execute_script(
+        "const b = arguments[0]; b.click(); setTimeout(() => b.click(), 300);",
+        browser.find_element(By.NAME, "_save"),
+    )
+    WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
+    assert server_charges(sample, order) == 1
+    screenshot("admin-saved-twice")
