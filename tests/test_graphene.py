@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import threading
-import types
 from typing import Any
 
 import pytest
@@ -27,7 +26,6 @@ from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.graphene import IdempotentExecutionContext, idempotent
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key, race
-from tests.test_docs_examples import _code_blocks
 from tests.testapp import graphene_api
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -251,27 +249,3 @@ def test_two_callers_racing_one_key_stay_apart() -> None:
         if not errors(answer):
             assert json.loads(answer.content)["data"]["charge"]["caller"] == callers[index][0]
     assert charges(reference) == 2
-
-
-def test_the_docs_graphene_example_runs_as_shown(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sample_project.payments import models
-
-    (block,) = [b for b in _code_blocks("graphql.rst") if "import graphene" in b]
-    monkeypatch.setitem(sys.modules, "payments", types.ModuleType("payments"))
-    monkeypatch.setitem(sys.modules, "payments.models", models)
-    namespace: dict[str, Any] = {}
-    exec(compile(block, "docs/graphql.rst", "exec"), namespace)
-    view = namespace["urlpatterns"][0].callback
-    query = 'mutation { checkout(amount: 5, idempotencyKey: "docs-1") { charge { id amount } } }'
-
-    def post() -> Any:
-        request = RequestFactory().post(
-            "/graphql/", json.dumps({"query": query}), "application/json"
-        )
-        request.user = AnonymousUser()
-        return view(request)
-
-    first, retry = post(), post()
-    assert json.loads(first.content)["data"]["checkout"]["charge"]["amount"] == 5
-    assert retry.content == first.content
-    assert models.Charge.objects.count() == 1

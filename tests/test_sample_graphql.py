@@ -15,7 +15,7 @@ from django.test import Client
 
 from sample_project.payments.models import Charge
 from tests.helpers import new_key
-from tests.test_docs_examples import DOCS, _names, _shown
+from tests.test_docs_examples import DOCS, _names
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
 
@@ -82,9 +82,16 @@ def test_a_signed_in_caller_charges_in_their_own_key_space() -> None:
     assert Charge.objects.count() == 2
 
 
-def test_the_page_shows_every_name_the_sample_uses() -> None:
-    shown = _shown("graphql.rst", DOCS.parent / "sample_project" / "payments" / "graphql_api.py")
-    assert shown, "docs/graphql.rst no longer includes the sample's graphql_api.py"
-    defined, used = _names(ast.parse(shown))
+@pytest.mark.parametrize("example", ["graphql_api.py", "graphene_api.py"])
+def test_the_page_shows_its_examples_whole(example: str) -> None:
+    """The page shows docs/examples/ (the quick start's app), no longer the sample's module,
+    and each whole: every name it uses is shown with it."""
+    text = (DOCS / "graphql.rst").read_text()
+    included = re.search(
+        rf"\.\. literalinclude:: examples/{re.escape(example)}\n((?:   :.*\n)*)", text
+    )
+    assert included, f"docs/graphql.rst no longer includes docs/examples/{example}"
+    assert not re.search(r":(start-at|end-before|pyobject|lines):", included.group(1))
+    defined, used = _names(ast.parse((DOCS / "examples" / example).read_text()))
     missing = used - defined - set(dir(builtins))
-    assert not missing, f"docs/graphql.rst's example uses {missing} without showing them"
+    assert not missing, f"docs/examples/{example} uses {missing} without defining them"
