@@ -302,3 +302,64 @@ def test_forms_with_sessions_or_an_own_resolver_do_not_warn(settings: Any) -> No
     settings.MIDDLEWARE = []
     settings.IDEMPOTENCY_TENANT_RESOLVER = "idempotency_django.tenants.user_pk"
     assert check_form_sessions() == []
+
+
+# --- waiting out a double-click, htmx, the fingerprint itself ------------------------------------
+
+
+def test_a_form_posts_duplicate_waits_for_the_first_by_default_but_a_views_wait_stands() -> None:
+    from idempotency_django.forms import FORM_WAIT, form_policy
+    from idempotency_django.options import Options
+
+    form = RequestFactory().post("/", {"a": "1"})
+    api = RequestFactory().post("/", "{}", content_type="application/json")
+    default, own = Options(), Options.build(wait=0)
+    assert form_policy(form, default.resolve(form), default).wait == FORM_WAIT
+    assert form_policy(api, default.resolve(api), default).wait == default.resolve(api).wait
+    assert form_policy(form, own.resolve(form), own).wait == 0
+
+
+def test_a_refusal_while_the_first_still_runs_is_a_page_that_says_so() -> None:
+    from idempotency_django.exceptions import RequestInProgress
+    from idempotency_django.responses import problem_response
+
+    request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER)
+    page = problem_response(RequestInProgress(retry_after=2), request)
+    assert page.status_code == 409
+    assert page["Retry-After"] == "2"
+    assert "still being sent" in page.content.decode()
+
+
+def test_an_htmx_form_post_carries_the_hidden_key_as_any_form_does(client: Client) -> None:
+    key = rendered_key(client, "/forms/charge/")
+    data = {"reference": "htmx", "amount": "3", FIELD_NAME: key}
+    htmx: dict[str, Any] = {"HTTP_HX_REQUEST": "true", "HTTP_ACCEPT": "*/*"}
+    first, again = (
+        client.post("/forms/charge/", data, **htmx),
+        client.post("/forms/charge/", data, **htmx),
+    )
+    assert (first.status_code, again["Idempotent-Replayed"]) == (302, "true")
+    edited = client.post("/forms/charge/", {**data, "amount": "4"}, **htmx)
+    assert edited["Content-Type"] == "application/problem+json"  # htmx: */*, not a page
+
+
+@pytest.mark.parametrize("multipart", [False, True])
+def test_the_fingerprint_of_a_form_leaves_out_the_token_and_the_key_but_not_its_fields(
+    multipart: bool,
+) -> None:
+    from django.test.client import MULTIPART_CONTENT
+
+    from idempotency_django.fingerprint import request_fingerprint
+
+    def digest(**fields: str) -> str:
+        factory = RequestFactory()
+        if multipart:
+            request = factory.post("/", fields, content_type=MULTIPART_CONTENT)
+        else:
+            request = factory.post("/", fields)
+        return request_fingerprint(request)
+
+    base = digest(amount="1", csrfmiddlewaretoken="a", idempotency_key="k1")
+    assert digest(amount="1", csrfmiddlewaretoken="b", idempotency_key="k2") == base
+    assert digest(amount="1") == base
+    assert digest(amount="2", csrfmiddlewaretoken="a", idempotency_key="k1") != base
