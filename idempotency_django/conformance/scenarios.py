@@ -299,9 +299,14 @@ def judge_replay(run: Run, what: str, first: Answer, ident: Any, again: Answer) 
     )
 
 
-def ran_again(run: Run, answer: Answer) -> str:
+def ran_again(run: Run, answer: Answer, known: Any = None) -> str:
+    """What an answer's id says: a new one (every key here is fresh: it executed), or ``known``."""
     ident = run.ident(answer)
-    return f": it executed again (new id {ident!r})" if ident is not None else ""
+    if ident is None:
+        return ""
+    if ident == known:
+        return f": it carries the first answer's id {ident!r}"
+    return f": it executed {'again ' if known is not None else ''}(new id {ident!r})"
 
 
 def expect_no_execution(run: Run, before: int | None, what: str) -> None:
@@ -339,7 +344,7 @@ def mismatch(run: Run) -> None:
     other = run.post(key, run.body(variant=1))
     run.note(f"another body: {other.show()}")
     if other.status != 422:
-        raise Failed(f"expected 422, got {other.show()}{ran_again(run, other)}")
+        raise Failed(f"expected 422, got {other.show()}{ran_again(run, other, ident)}")
     run.recommend(other.problem, f"the 422 is not problem+json: {other.show()}")
     if other.replayed or run.ident(other) is not None or first.body in other.body:
         raise Failed("the 422 reveals the stored answer")
@@ -349,13 +354,25 @@ def mismatch(run: Run) -> None:
     run.note(f"the first body still replays id {ident!r}")
 
 
-def bad_key(key: str | bytes | None, what: str) -> Callable[[Run], None]:
+def oversized() -> str:
+    return (uuid.uuid4().hex * (OVERSIZED // 32 + 1))[:OVERSIZED]
+
+
+def bad_key(make: Callable[[], str | bytes] | None, what: str) -> Callable[[Run], None]:
+    """``make`` makes the bad key, unique per run: a rerun never meets an earlier run's key."""
+
     def scenario(run: Run) -> None:
         _, _, before_id = run.create()
         before = run.executions()
+        key = None if make is None else make()
         for attempt in (1, 2):
             answer = run.post(key)
             run.note(f"{what}, attempt {attempt}: {answer.show()}")
+            if key is None and 200 <= answer.status < 300 and run.options.profile == DRAFT:
+                raise Skipped(
+                    "needs an operation that requires a key: this one runs without one, and "
+                    "the draft asks 400 only of those"
+                )
             if answer.status != 400:
                 raise Failed(f"{what}: expected 400, got {answer.show()}{ran_again(run, answer)}")
             run.recommend(answer.problem, f"{what}: the 400 is not problem+json")
@@ -518,8 +535,9 @@ def _final_4xx_without_hooks(run: Run, key: str, first: Answer, retry: Answer) -
     run.note(f"valid body, same key: {follow.show()}")
     if 200 <= follow.status < 300 and not follow.replayed:
         raise Skipped(
-            f"the {first.status} came before the protection (e.g. schema validation outside "
-            f"the protected view), nothing was stored: {HOOKS_NEEDED}"
+            f"the {first.status} was not stored (the valid body with its key then created): "
+            "it came before the protection (e.g. schema validation outside the protected "
+            f"view), or the implementation stores no 4xx; to tell, {HOOKS_NEEDED}"
         )
     if follow.status not in (409, 422):
         raise Skipped(
@@ -610,8 +628,11 @@ SCENARIOS: Sequence[tuple[str, Callable[[Run], None]]] = (
     ("replay", replay),
     ("mismatch-422", mismatch),
     ("key-missing-400", bad_key(None, "no key")),
-    ("key-oversized-400", bad_key("k" * OVERSIZED, f"a {OVERSIZED}-character key")),
-    ("key-non-ascii-400", bad_key("clé-ünïcode".encode(), "a non-ASCII key")),
+    ("key-oversized-400", bad_key(lambda: oversized(), f"a {OVERSIZED}-character key")),
+    (
+        "key-non-ascii-400",
+        bad_key(lambda: f"clé-ünïcode-{uuid.uuid4()}".encode(), "a non-ASCII key"),
+    ),
     ("storm", storm),
     ("other-caller", other_caller),
     ("transient-5xx-not-stored", transient),
@@ -645,11 +666,16 @@ def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
         verdict, evidence = PASS, list(run.notes)
         counted(run, before, evidence)
     except Failed as failed:
-        verdict, evidence = FAIL, [*run.notes, str(failed)]
+        verdict, evidence = FAIL, [*run.notes, *effects(run, before), str(failed)]
     except Skipped as skipped:
         verdict, evidence = NOT_RUN, [*run.notes, str(skipped)]
     evidence.append(f"{run.sent - sent} requests in {time.monotonic() - start:.1f} s")
     return Result(name, verdict, evidence, run.sent - sent, list(run.warnings))
+
+
+def effects(run: Run, before: int | None) -> list[str]:
+    after = None if before is None else run.executions()
+    return [] if before is None or after is None else [f"{after - before} effects counted"]
 
 
 def counted(run: Run, before: int | None, evidence: list[str]) -> None:

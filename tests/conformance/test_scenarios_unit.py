@@ -241,3 +241,13 @@ def test_a_warning_is_shown_in_the_table() -> None:
     result = scenarios.Result("replay", PASS, ["ok", "2 requests"], 2, ["no replay header"])
     assert "warning: no replay header" in table([result])
     assert as_json("http://x/", [result])["scenarios"][0]["warnings"] == ["no replay header"]
+
+
+def test_a_missing_key_run_anyway_fails_strict_and_is_not_run_under_the_draft() -> None:
+    def endpoint() -> Endpoint:
+        return Endpoint(lambda first, n: stamped(first))
+
+    assert run_with("key-missing-400", endpoint()).verdict == FAIL
+    draft = run_with("key-missing-400", endpoint(), profile="draft")
+    assert draft.verdict == NOT_RUN, draft
+    assert "needs an operation that requires a key" in draft.evidence[-2]
