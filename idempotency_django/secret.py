@@ -54,6 +54,10 @@ def server_secret(using: str | None = None) -> bytes:
     found = _cache.get(alias)
     if found is None:
         found = _load(alias, _SECRET_ROW)
+        if conf.SECRET is None:
+            # The database was read: the identity with it, once per process, so that a
+            # later request (or a count of its statements) never meets its first read.
+            database_identity(alias)
     return found
 
 
@@ -222,23 +226,26 @@ def ensure_row(alias: str, which: str = _SECRET_ROW) -> None:
     """Persist the value on ``alias`` unless a row is there (a concurrent insert wins)."""
     rows = _rows(alias, which)
     # The secret: settings' function, so a flushed test database gets it back. The
-    # identity: random, the one thing two databases never share.
-    value = seed_from_settings().hex() if which == _SECRET_ROW else os.urandom(16).hex()
+    # identity: random, the one thing two databases never share; after a flush (a
+    # test database) the one this process already uses, so that it stays the same.
+    if which == _SECRET_ROW:
+        value = seed_from_settings().hex()
+    else:
+        value = _cache.get(_IDENTITY + alias, os.urandom(16)).hex()
     rows.bulk_create([rows.model(pk=_ROW, **{_FIELD[which]: value})], ignore_conflicts=True)
 
 
 def on_post_migrate(using: str = "default", **kwargs: Any) -> None:
     """Persist the secret and the identity as soon as their tables exist (in autocommit).
 
-    Also after a ``flush`` (which sends ``post_migrate``): the identity read before it
-    is gone with its row, so this process forgets it.
+    Also after a ``flush`` (which sends ``post_migrate``): the identity this process
+    read before it is written back, so that it and every other process agree.
     """
     from idempotency_django.models import IdempotencyDatabase, IdempotencySecret
 
     if conf.SECRET is None and router.allow_migrate_model(using, IdempotencySecret):
         ensure_row(using)
     if router.allow_migrate_model(using, IdempotencyDatabase):
-        _cache.pop(_IDENTITY + using, None)
         ensure_row(using, _IDENTITY_ROW)
 
 

@@ -47,7 +47,7 @@ def test_a_project_is_never_answered_another_projects_cached_answer(key: str) ->
     assert charges(key) == 2
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_cache_key_names_the_databases_identity_and_the_projects_secret() -> None:
     with override_settings(**FIRST):
         first = cache.cache_key("default", "1", "k")

@@ -115,6 +115,15 @@ def as_another_database() -> None:
     secret._cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def same_database_after() -> Iterator[None]:
+    """The identity is back as it was after each test (other processes may hold it)."""
+    identity = secret.database_identity("default")
+    yield
+    IdempotencyDatabase.objects.update_or_create(pk=1, defaults={"identity": identity.hex()})
+    secret._cache.clear()
+
+
 def unreadable(response: Any) -> bool:
     kind = str(problem(response)["type"]) if response.status_code == 500 else ""
     return kind.endswith("#answer-unreadable")
