@@ -10,8 +10,12 @@ response is the same, byte for byte, whatever the sub-fields would read today.
 
 - The key is the field's own key argument (``idempotencyKey``) when the document
   gives one, else the request's ``Idempotency-Key`` header: the argument wins, so a
-  document may carry two protected mutations, each with its own key. A document in
-  which two protected fields would both take the header's key is refused as a whole.
+  document may carry two protected mutations, each with its own key. A request in
+  which two protected fields would both take the header's key (at any depth, in any
+  operation of a batch, or one below a list) is refused as a whole.
+- A field is "the same call" by its place (the fields above it, with their arguments),
+  its arguments as the operation resolves them (a variable or a literal of one value
+  are one call), its directives and its selection set: see ``fingerprint()``.
 - Tenant, options, fingerprints, protocols and replays are ``@idempotent``'s: the
   answer is stored under the request's key space, as a view's would be.
 - A field that raises (or whose sub-fields raise) stores nothing: its writes roll
@@ -168,12 +172,13 @@ def execute_field(
         _refuse_a_shared_key(executor, protection_of, parent_type)
     field_nodes = _field_nodes(nodes)
     definition = parent_type.fields.get(field_nodes[0].name.value)
-    protection = None if definition is None else protection_of(definition)
-    if protection is None:
-        if definition is not None and _leads_to_protection(executor, protection_of, definition):
-            _steps(executor)[id(path)] = _Step(parent_type, definition, field_nodes[0])
+    if definition is None:
         return run(parent_type, source, nodes, path, *rest)
-    assert definition is not None
+    if _leads_to_protection(executor, protection_of, definition):
+        _steps(executor)[id(path)] = _Step(parent_type, definition, field_nodes[0])
+    protection = protection_of(definition)
+    if protection is None:
+        return run(parent_type, source, nodes, path, *rest)
     field_run = _FieldRun(
         executor,
         protection,

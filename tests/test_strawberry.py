@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from decimal import Decimal
+from enum import Enum
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.graphql_fields import DOCS
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.strawberry import IdempotentExtension
+from idempotency_django.strawberry import protection as strawberry_protection
 from tests.helpers import charges, new_key, race
 from tests.testapp import strawberry_api
 
@@ -282,8 +284,12 @@ def test_a_non_json_variable_still_fingerprints() -> None:
         def __init__(self) -> None:
             self.amount = 5
 
+    class Plan(Enum):
+        MONTHLY = "m"
+
     assert graphql_fields._plain(Money()) == {"amount": 5}
     assert graphql_fields._plain(Decimal("1.50")) == "1.50"
+    assert graphql_fields._plain(Plan.MONTHLY) == "MONTHLY"
 
 
 def test_a_graphene_style_context_is_the_request_itself() -> None:
@@ -450,3 +456,12 @@ def test_importing_it_without_strawberry_says_what_to_install() -> None:
     name, message = result.stdout.strip().split("|")
     assert name == "strawberry", result.stderr
     assert message.endswith("pip install 'idempotency-django[strawberry]'")
+
+
+def test_only_the_types_on_the_way_to_a_protected_field_are_followed() -> None:
+    """A field's place is recorded only where a protected field may lie below it: a query's
+    fields (or a payload's sub-fields) cost nothing more."""
+    schema = strawberry_api.schema._schema
+    reaching = graphql_fields._reaching(schema, strawberry_protection)
+    assert {"Mutation", "AccountOps"} <= reaching
+    assert not reaching & {"Query", "ChargePayload", "UserError", "String"}
