@@ -107,3 +107,18 @@ def test_the_admin_login_check_runs_before_the_protection(client: Client) -> Non
     response = client.post("/forms-admin/testapp/charge/add/", {FIELD_NAME: "k"})
     assert response.status_code == 302
     assert "/login/" in response["Location"]
+
+
+def test_the_delete_selected_confirmation_confirmed_twice_is_a_replay(staff: Client) -> None:
+    charge = Charge.objects.create(reference="r", amount=1)
+    chosen = {"action": "delete_selected", "_selected_action": [str(charge.pk)]}
+    [list_key] = keys_of(staff, "/forms-admin/testapp/charge/")
+    confirmation = staff.post("/forms-admin/testapp/charge/", {**chosen, FIELD_NAME: list_key})
+    keys = _KEYS.findall(confirmation.content.decode())
+    assert len(keys) == 2  # logout, and the confirmation's own form
+    confirm = {**chosen, "post": "yes", FIELD_NAME: keys[1]}
+    first = staff.post("/forms-admin/testapp/charge/", confirm)
+    again = staff.post("/forms-admin/testapp/charge/", confirm)
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert not Charge.objects.exists()

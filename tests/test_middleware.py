@@ -155,3 +155,16 @@ def test_a_drf_view_with_token_authentication_is_answered_by_its_own_mixin(
 def test_the_middleware_passes_safe_methods_through(client: Client) -> None:
     assert client.get("/forms/plain/").status_code == 200
     assert "IdempotencyMiddleware" in MIDDLEWARE[-1]
+
+
+def test_two_users_sending_one_key_through_the_middleware_never_share_an_answer(
+    django_user_model: Any,
+) -> None:
+    key = str(uuid.uuid4())
+    answers = []
+    for name in ("ann", "bob"):
+        client = Client()
+        client.force_login(django_user_model.objects.create_user(name))
+        answers.append(client.post("/forms/plain/", _form(key, reference=name)))
+    assert all("Idempotent-Replayed" not in answer for answer in answers)
+    assert Charge.objects.count() == 2
