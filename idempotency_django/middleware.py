@@ -90,15 +90,14 @@ def protects(request: HttpRequest, view: Callable[..., Any]) -> bool:
 
 
 def carries_key(request: HttpRequest) -> bool:
-    """A key in the header, or in a form post's ``idempotency_key`` field."""
+    """A key in the header (even an empty one: @idempotent answers it 400), or in a form
+    post's ``idempotency_key`` field."""
     policy = _OPTIONS.resolve(request)
-    if not is_form_post(request, policy):
-        return (
-            bool(request.META.get(policy.meta_header))
-            if policy.meta_header
-            else (policy.header in request.headers)
-        )
-    return form_field(request, FIELD_NAME) is not None
+    if is_form_post(request, policy):
+        return form_field(request, FIELD_NAME) is not None
+    if policy.meta_header:
+        return policy.meta_header in request.META
+    return policy.header in request.headers
 
 
 def _protects_itself(view: Callable[..., Any]) -> bool:

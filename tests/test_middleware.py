@@ -168,3 +168,11 @@ def test_two_users_sending_one_key_through_the_middleware_never_share_an_answer(
         answers.append(client.post("/forms/plain/", _form(key, reference=name)))
     assert all("Idempotent-Replayed" not in answer for answer in answers)
     assert Charge.objects.count() == 2
+
+
+def test_an_empty_key_header_is_refused_by_the_middleware_as_idempotent_would(
+    client: Client,
+) -> None:
+    refused = client.post("/forms/plain/", _form(None), headers={"Idempotency-Key": ""})
+    assert refused.status_code == 400
+    assert Charge.objects.count() == 0
