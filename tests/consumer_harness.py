@@ -14,6 +14,7 @@ tests kill it at that point.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -38,16 +39,51 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def charge(body: bytes) -> dict[str, Any]:
-    """The handler: one Charge per event, in the claim's transaction; "poison" raises."""
+    """The handler: one Charge per event, in the claim's transaction. An ``amount`` of
+    "poison" raises; of a name in :data:`FAILURES`, fails that way."""
     from django.db import transaction
 
     from tests.testapp.models import Charge
 
     event = json.loads(body)
     trace("ran", event["id"])
+    if event["amount"] in FAILURES:
+        FAILURES[event["amount"]]()
     made = Charge.objects.create(reference=event["id"], amount=int(event["amount"]))
     transaction.on_commit(lambda: _committed(event["id"]))
     return {"charge": made.pk}
+
+
+def _statement_timeout() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '10ms'")
+        cursor.execute("SELECT pg_sleep(5)")
+
+
+def _deadlock() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$")
+
+
+def _killed() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a segfault would
+
+
+#: What a handler meets, by the event's ``amount`` (PostgreSQL's own errors: real ones).
+FAILURES: dict[str, Callable[[], None]] = {
+    "timeout": _statement_timeout,
+    "deadlock": _deadlock,
+    "kill": _killed,
+}
+
+
+def wire_id(event: dict[str, Any]) -> str:
+    """The broker's own message id for ``event`` (a header or property, not the key)."""
+    return f"{event['id']}-{event.get('version', 1)}".replace("\x00", "0")
 
 
 def event_id(body: bytes) -> str:
@@ -86,6 +122,10 @@ def steps(traces: Path, step: str, event: str) -> int:
     path = traces / "trace"
     lines = path.read_text().splitlines() if path.exists() else []
     return lines.count(f"{step} {event}")
+
+
+def _stepped(traces: Path, step: str, event: str) -> bool:
+    return steps(traces, step, event) == 1
 
 
 def count(traces: Path, step: str) -> int:
@@ -230,9 +270,101 @@ def poison_is_dead_lettered_and_leaves_its_key_free(
         wait_for(lambda: steps(traces, "ack", "e2") == 1, "the next event", traces)
         assert steps(traces, "ran", "p1") == POLICY.max_attempts
         assert not IdempotencyEntry.objects.filter(key__endswith="\x1fp1").exists()
-        assert not ConsumerFailure.objects.filter(key__endswith="\x1fp1").exists()
+        # The count stays as the admin's dead letter; none is counting on.
+        assert ConsumerFailure.objects.get(key__endswith="\x1fp1").dead_at is not None
         wait_for(lambda: broker.dead_letters() == ["p1"], "the dead-letter path", traces)
         broker.publish({"id": "p1", "amount": 7, "version": 2})
         wait_for(lambda: steps(traces, "ack", "p1") == 1, "the fixed event", traces)
         wait_for(broker.drained, "nothing left pending", traces)
     assert Charge.objects.filter(reference="p1").count() == 1
+
+
+def database_errors_of_the_handler_are_counted_then_dead_lettered(
+    broker: Broker, traces: Path, database: str
+) -> None:
+    """A statement timeout and a deadlock in the handler (PostgreSQL's, real): failures,
+    tried POLICY.max_attempts times, dead-lettered; the event behind them handled."""
+    from idempotency_django.consumers.models import ConsumerFailure
+    from tests.testapp.models import Charge
+
+    broker.publish(
+        {"id": "t1", "amount": "timeout"},
+        {"id": "d1", "amount": "deadlock"},
+        {"id": "e2", "amount": 5},
+    )
+    with broker.consumer(traces, database):
+        wait_for(lambda: steps(traces, "ack", "e2") == 1, "the next event", traces)
+        for event in ("t1", "d1"):
+            wait_for(functools.partial(_stepped, traces, "dead_letter", event), event, traces)
+        wait_for(lambda: sorted(broker.dead_letters()) == ["d1", "t1"], "the dead letters", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+    assert steps(traces, "ran", "t1") == steps(traces, "ran", "d1") == POLICY.max_attempts
+    assert count(traces, "unavailable") == 0
+    assert ConsumerFailure.objects.filter(dead_at=None).count() == 0  # both dead letters
+    assert ConsumerFailure.objects.count() == 2
+    assert Charge.objects.filter(reference="e2").count() == 1
+
+
+def killed_inside_the_handler_is_dead_lettered_after_max_attempts_runs(
+    broker: Broker, traces: Path, database: str
+) -> None:
+    """A handler that SIGKILLs its own process (each delivery): run POLICY.max_attempts
+    times, then dead-lettered without running; the event behind it handled."""
+    from idempotency_django.consumers.models import ConsumerFailure
+    from idempotency_django.models import IdempotencyEntry
+    from tests.testapp.models import Charge
+
+    broker.publish({"id": "k1", "amount": "kill"}, {"id": "e3", "amount": 3})
+    for run in range(1, POLICY.max_attempts + 1):
+        with broker.consumer(traces, database) as process:
+            wait_for(lambda: process.poll() is not None, f"run {run} to kill its process", traces)
+        assert steps(traces, "ran", "k1") == run
+    with broker.consumer(traces, database):
+        wait_for(lambda: steps(traces, "dead_letter", "k1") == 1, "the dead letter", traces)
+        wait_for(lambda: steps(traces, "ack", "e3") == 1, "the next event", traces)
+        wait_for(lambda: broker.dead_letters() == ["k1"], "the dead-letter path", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+    assert steps(traces, "ran", "k1") == POLICY.max_attempts
+    dead = ConsumerFailure.objects.get()
+    assert (dead.failures, dead.dead_at is not None) == (POLICY.max_attempts, True)
+    assert not IdempotencyEntry.objects.filter(key__endswith="\x1fk1").exists()
+    assert Charge.objects.filter(reference="e3").count() == 1
+
+
+#: Ids the entries cannot hold: too long (with the scope, over 255), a NUL (PostgreSQL).
+UNSTORABLE = ("x" * 250, "nul\x00id")
+
+
+def unstorable_ids_are_dead_lettered_and_the_next_handled(
+    broker: Broker, traces: Path, database: str
+) -> None:
+    """An id the store cannot hold is a dead letter (never run, never a crash); the
+    consumer goes on to the event behind it."""
+    from tests.testapp.models import Charge
+
+    broker.publish(*({"id": event, "amount": 1} for event in UNSTORABLE), {"id": "e4", "amount": 4})
+    with broker.consumer(traces, database) as process:
+        wait_for(lambda: steps(traces, "ack", "e4") == 1, "the next event", traces)
+        for event in UNSTORABLE:
+            wait_for(functools.partial(_stepped, traces, "unstorable", event), "dead", traces)
+        wait_for(lambda: sorted(broker.dead_letters()) == sorted(UNSTORABLE), "dead", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+        assert process.poll() is None  # never crashed
+    assert all(steps(traces, "ran", event) == 0 for event in UNSTORABLE)
+    assert Charge.objects.count() == 1
+
+
+def two_consumers_race_one_message(broker: Broker, traces: Path, database: str) -> None:
+    """One event published twice (two broker ids, one event id), two consumers: one run,
+    one effect, both deliveries acked, nothing counted or dead-lettered."""
+    from idempotency_django.consumers.models import ConsumerFailure
+    from tests.testapp.models import Charge
+
+    broker.publish({"id": "r1", "amount": 1}, {"id": "r1", "amount": 1, "version": 2})
+    with broker.consumer(traces, database), broker.consumer(traces, database):
+        wait_for(lambda: steps(traces, "ack", "r1") == 2, "both acks", traces)
+        wait_for(broker.drained, "nothing left pending", traces)
+    assert steps(traces, "ran", "r1") == steps(traces, "committed", "r1") == 1
+    assert Charge.objects.filter(reference="r1").count() == 1
+    assert not ConsumerFailure.objects.exists()
+    assert broker.dead_letters() == []

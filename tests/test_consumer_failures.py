@@ -131,9 +131,12 @@ def test_a_run_that_takes_its_process_down_is_counted_and_then_dead_lettered_unr
     assert "never finished" in str(verdict.error)
     assert len(runs) == FAST.max_attempts
     assert [d["attempts"] for d in dead] == [3]
-    # Its key and count are free: the fixed message runs.
-    assert not ConsumerFailure.objects.exists()
+    # Its key is free, its count a dead letter (the admin's): the fixed message runs.
+    row = ConsumerFailure.objects.get()
+    assert (row.failures, row.dead_at is not None) == (3, True)
+    assert "never finished" in row.last_error
     assert consume("oom", lambda: charge("oom"), policy=FAST).outcome == "executed"
+    assert not ConsumerFailure.objects.exists()
 
 
 def test_a_delivery_that_finds_its_message_done_or_busy_is_not_counted(

@@ -87,7 +87,7 @@ async def _delete(name: str) -> None:
 async def _publish(subject: str, *events: dict[str, Any]) -> None:
     connection = await _connect()
     for event in events:
-        headers = {"Nats-Msg-Id": f"{event['id']}-{event.get('version', 1)}"}
+        headers = {"Nats-Msg-Id": harness.wire_id(event)}
         await connection.jetstream().publish(subject, json.dumps(event).encode(), headers=headers)
     await connection.close()
 

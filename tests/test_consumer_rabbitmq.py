@@ -44,7 +44,7 @@ class Rabbit:
                 routing_key=self.name,
                 content_type="application/json",
                 content_encoding="utf-8",
-                message_id=f"{event['id']}-{event.get('version', 1)}",
+                message_id=harness.wire_id(event),
                 delivery_mode=2,
             )
 

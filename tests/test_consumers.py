@@ -80,11 +80,23 @@ def test_a_failing_handler_is_retried_with_backoff_then_dead_lettered() -> None:
     ]
     assert isinstance(verdicts[-1].error, Poison)
     assert verdicts[-1].outcome == "exhausted"
-    # Its key is free and its count gone: sent again (fixed), it runs, once.
+    # Its key is free; its count kept as a dead letter (the admin's): sent again (fixed),
+    # it runs, once, and the row goes.
     assert not IdempotencyEntry.objects.exists()
-    assert not ConsumerFailure.objects.exists()
+    dead = ConsumerFailure.objects.get()
+    assert (dead.failures, dead.dead_at is not None) == (3, True)
+    assert "cannot be processed" in dead.last_error
     assert not Charge.objects.filter(reference="poison").exists()
     assert consume("p", lambda: charge("p"), policy=FAST).outcome == "executed"
+    assert not ConsumerFailure.objects.exists()
+
+
+def test_a_dead_letter_sent_again_starts_its_count_afresh() -> None:
+    for _ in range(3):
+        consume("p", poison, policy=FAST)
+    again = consume("p", poison, policy=FAST)
+    assert (again.action, again.failures) == ("retry", 1)
+    assert ConsumerFailure.objects.get().dead_at is None
 
 
 def test_the_backoff_is_capped() -> None:

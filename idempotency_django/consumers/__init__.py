@@ -9,15 +9,17 @@ what happened                                      ``.action``
 =================================================  ==================================
 ran and committed, or a finished duplicate         ``"ack"``
 another consumer holds the message id              ``"retry"``, its ``Retry-After``
-the database is unreachable (claim, handler,       ``"retry"``, never counted as a failure
-commit)
-the handler raised; the give-up policy allows      ``"retry"``, with backoff
-another try
-the handler raised for the policy's last time      ``"dead_letter"`` (its key left free)
+the store is away (claim, record, commit, the      ``"retry"``, never counted as a failure
+connection lost)
+the handler raised (its own database errors        ``"retry"``, with backoff
+too); the give-up policy allows another try
+the handler raised for the policy's last time,     ``"dead_letter"`` (its key left free)
+or its last runs never finished (process killed)
+the id cannot be stored (empty, NUL, too long)     ``"dead_letter"``, never run
 =================================================  ==================================
 
-Failures are counted durably in :class:`~.models.ConsumerFailure` (this app in
-``INSTALLED_APPS``), or taken from the broker (``attempt=``, a delivery count).
+Runs are counted durably, before the handler starts, in :class:`~.models.ConsumerFailure`
+(this app in ``INSTALLED_APPS``), or taken from the broker (``attempt=``, a delivery count).
 Presets translate the verdict for each broker: ``idempotency_django.consumers.<broker>``.
 """
 

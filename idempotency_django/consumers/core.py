@@ -261,9 +261,13 @@ def _give_up(
         from idempotency_django.consumers import failures as table
 
         try:
-            table.forget(using, tenant, key)  # sent again later, it starts afresh
+            if sender == "consumer":
+                # Kept, marked, for the admin; sent again later, the message starts afresh.
+                table.gave_up(using, tenant, key, failures, error)
+            else:  # a task's dead letter is its result's FAILURE (and the broker's)
+                table.forget(using, tenant, key)
         except UNAVAILABLE_ERRORS:
-            logger.warning("consumer: could not clear the failure count of a dead letter")
+            logger.warning("consumer: could not mark the failure count of a dead letter")
     digest = signals.key_digest(tenant, key)
     # A run that died may have reached anything outside the database before it did.
     uncertain = lost or (call is not None and call.derived)

@@ -6,7 +6,7 @@ from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Now
 
 from idempotency_django.consumers.models import ConsumerFailure
@@ -28,7 +28,8 @@ def started(using: str, tenant: str, key: str) -> int:
         pass
     rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
     with transaction.atomic(using=using):
-        rows.update(failures=F("failures") + 1)
+        if not _restart_dead(rows, runs=1):
+            rows.update(failures=F("failures") + 1)
         runs = rows.values_list("failures", flat=True).first()
     return runs or 1
 
@@ -36,9 +37,25 @@ def started(using: str, tenant: str, key: str) -> int:
 def uncount(using: str, tenant: str, key: str) -> None:
     """Take back :func:`started`'s count: the delivery did not run the handler after all
     (another consumer held the message, it was done, the store went away)."""
-    rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
+    rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key, dead_at=None)
     if not rows.filter(failures__gt=1).update(failures=F("failures") - 1):
         rows.delete()
+
+
+def _restart_dead(rows: QuerySet[ConsumerFailure], runs: int) -> int:
+    """A dead letter's message sent again starts afresh (its row was the admin's view)."""
+    now = ExpressionWrapper(Now(), output_field=DateTimeField())
+    return rows.exclude(dead_at=None).update(
+        failures=runs, dead_at=None, first_failed_at=now, last_error=""
+    )
+
+
+def gave_up(using: str, tenant: str, key: str, failures: int, error: BaseException) -> None:
+    """Mark the count a dead letter: kept for the admin until the purge, not counted on."""
+    now = ExpressionWrapper(Now(), output_field=DateTimeField())
+    ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key).update(
+        dead_at=now, failures=failures, last_error=repr(error)[:2000]
+    )
 
 
 def count(
@@ -53,6 +70,7 @@ def count(
     rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
     noted = repr(error)[:2000]
     with transaction.atomic(using=using):
+        _restart_dead(rows, runs=0)  # a task given up on before, run again
         if not rows.update(failures=F("failures") + add, last_error=noted):
             try:
                 with transaction.atomic(using=using):

@@ -7,7 +7,8 @@ from django.db.models.functions import Now
 
 
 class ConsumerFailure(models.Model):
-    """One row per message whose handler failed and that was neither done nor given up on.
+    """One row per message whose handler is running or failed and that is not done; a
+    message given up on keeps its row, with ``dead_at``, for the admin (until the purge).
 
     Counted apart from the broker's deliveries: a redelivery because the database
     was away, or because another consumer held the message, is no failure of its own.
@@ -18,6 +19,7 @@ class ConsumerFailure(models.Model):
     failures = models.PositiveIntegerField(default=0)
     first_failed_at = models.DateTimeField(db_default=Now())
     last_error = models.TextField(blank=True, default="")
+    dead_at = models.DateTimeField(null=True, blank=True)  # given up on: a dead letter
 
     class Meta:
         verbose_name = "consumer failure"
