@@ -48,6 +48,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "dead_at",
         "attempts",
         "failures",
+        "uncertain",
         "last_error",
     )
     list_filter = (PendingFilter, "task", DatabaseFilter)
@@ -85,8 +86,18 @@ class OutboxMessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Send dead letters again (same key)", permissions=["send_again"])
     def send_again(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
         chosen = list(queryset.values_list("pk", flat=True))
+        unsure = queryset.filter(dead_at__isnull=False, sent_at__isnull=True, uncertain=True)
+        doubtful = unsure.count()
         done = delivery.send_again(chosen, using=queryset.db)
         self._report(request, "sent again (the relay publishes them)", done, len(chosen))
+        if doubtful:
+            self.message_user(
+                request,
+                f"{doubtful} of them may be a second delivery: their last publish timed out "
+                "waiting for the broker's confirm, so the broker may have taken it (the "
+                "consumer's idempotency key, the same, makes it a replay there).",
+                messages.WARNING,
+            )
 
     @admin.action(description="Discard dead letters", permissions=["discard"])
     def discard(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:

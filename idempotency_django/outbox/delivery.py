@@ -168,9 +168,23 @@ def _mark_failed(row: OutboxMessage, using: str, exc: Exception) -> None:
         last_error=repr(exc)[:2000],
         next_attempt_at=ExpressionWrapper(Now() + delay, output_field=DateTimeField()),
         dead_at=Now() if exhausted else None,
+        uncertain=may_have_been_taken(exc),
     )
     if exhausted:
-        transaction.on_commit(lambda: _dead_lettered(row, exc), using=using)
+        transaction.on_commit(lambda: _dead_lettered(row, exc, using), using=using)
+
+
+def may_have_been_taken(exc: BaseException) -> bool:
+    """Whether a failed publish may have reached the broker anyway: it timed out (waiting
+    for the confirm, or for the server's answer), rather than being refused or unsent."""
+    seen: BaseException | None = exc
+    for _ in range(5):  # the error and what it wraps (kombu's, Celery's)
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _exhausted(failures: int) -> bool:
@@ -178,8 +192,9 @@ def _exhausted(failures: int) -> bool:
     return cap is not None and failures >= cap
 
 
-def _dead_lettered(row: OutboxMessage, exc: Exception) -> None:
+def _dead_lettered(row: OutboxMessage, exc: Exception, using: str) -> None:
     digest = signals.key_digest("", row.key)
+    uncertain = may_have_been_taken(exc)
     logger.error(
         "outbox: %s [key %s] dead-lettered after %d failed publishes (last: %r); "
         "send it again or discard it in the admin",
@@ -194,8 +209,12 @@ def _dead_lettered(row: OutboxMessage, exc: Exception) -> None:
         key_digest=digest,
         attempts=row.failures + 1,
         error=exc,
-        uncertain=False,  # never published: no consumer ran it
+        # Refused or never sent: no consumer ran it. Its confirm timed out: the broker
+        # may have it, and "send again" may be a second delivery.
+        uncertain=uncertain,
     )
+    if uncertain:
+        signals.uncertain("dead_letter", using, key_digest=digest)
 
 
 def send_again(pks: list[int], using: str | None = None) -> int:
@@ -203,7 +222,7 @@ def send_again(pks: list[int], using: str | None = None) -> int:
     return (
         OutboxMessage.objects.using(using or default_alias())
         .filter(pk__in=pks, dead_at__isnull=False, sent_at__isnull=True)
-        .update(dead_at=None, failures=0, next_attempt_at=Now())
+        .update(dead_at=None, failures=0, next_attempt_at=Now(), uncertain=False)
     )
 
 

@@ -26,6 +26,9 @@ class OutboxMessage(models.Model):
     # Set when its publishes failed IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS times: the relay
     # leaves it alone until an operator sends it again (or discards it) in the admin.
     dead_at = models.DateTimeField(null=True, blank=True)
+    # The last failed publish may have reached the broker (its confirm timed out): a
+    # dead letter sent again may then be a second delivery.
+    uncertain = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         verbose_name = "outbox message"
