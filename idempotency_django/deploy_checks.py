@@ -118,6 +118,38 @@ def check_cache_backend(alias: str | None, backend: str) -> list[CheckMessage]:
     )
 
 
+def check_cache_read_raw(alias: str | None, backend: str, raw: bool) -> list[CheckMessage]:
+    """A replay cache the library cannot read as raw bytes: its backend unpickles."""
+    if alias is None or raw or backend in _LOCAL_CACHES:
+        return []  # a per-process cache has no other writer (and W082 covers it)
+    return warning(
+        "W087",
+        f"IDEMPOTENCY_CACHE {alias!r} ({backend.rsplit('.', 1)[-1]}) is read through the "
+        "cache API, whose backend unpickles every value it reads: whoever can write to that "
+        "cache can run code in the app server. The seal protects what a replay sends, not "
+        "this.",
+        "Use django-redis's default client or Django's RedisCache (read as raw bytes, "
+        "authenticated before anything is decoded), or keep writers out of that cache.",
+        "security#check-w087",
+    )
+
+
+# Read through their own redis-py client, as bytes (cache.raw_client): nothing unpickled.
+_RAW_CACHES = frozenset(
+    {"django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache"}
+)
+
+
+def read_raw(cache: Any) -> bool:
+    """Whether the replay cache is read as raw bytes (django-redis's sharded or herd
+    client is not: it goes through the cache API)."""
+    if _backend(cache) not in _RAW_CACHES:
+        return False
+    options = cache.get("OPTIONS", {})
+    client = str(options.get("CLIENT_CLASS", "django_redis.client.DefaultClient"))
+    return client == "django_redis.client.DefaultClient"
+
+
 def check_idle_timeout_kept(value: Any, vendor: str) -> list[CheckMessage]:
     if value is not None or vendor != "postgresql":
         return []
@@ -189,7 +221,9 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     )
     cache = getattr(settings, "IDEMPOTENCY_CACHE", None)
     if isinstance(cache, str) and cache in settings.CACHES:
-        messages += check_cache_backend(cache, _backend(settings.CACHES[cache]))
+        configured = settings.CACHES[cache]
+        messages += check_cache_backend(cache, _backend(configured))
+        messages += check_cache_read_raw(cache, _backend(configured), read_raw(configured))
     alias = getattr(settings, "IDEMPOTENCY_DATABASE", "default")
     if isinstance(alias, str) and alias in settings.DATABASES:
         vendor = connections[alias].vendor

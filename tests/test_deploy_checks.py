@@ -24,6 +24,7 @@ from idempotency_django.outbox.checks import check_relay_scheduled
 
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 REDIS = "django_redis.cache.RedisCache"
+MEMCACHED = "django.core.cache.backends.memcached.PyMemcacheCache"
 BEAT = {"purge": {"task": PURGE_TASK, "schedule": 3600}}
 
 
@@ -118,6 +119,7 @@ def test_the_deploy_checks_read_the_entries_database() -> None:
         *deploy_checks.check_entries_on_sqlite("default", "sqlite"),
         *check_relay_scheduled(False),
         *deploy_checks.check_tasks_not_eager(True),
+        *deploy_checks.check_cache_read_raw("replay", MEMCACHED, False),
     ],
     ids=lambda message: message.id,
 )
@@ -172,3 +174,28 @@ def test_every_setting_the_package_names_is_known_to_w080() -> None:
     named = package_literals(r"IDEMPOTENCY_[A-Z_]+")
     assert "IDEMPOTENCY_TTL" in named
     assert check_unknown(named) == []
+
+
+@pytest.mark.parametrize(
+    ("cache", "warned"),
+    [
+        ({"BACKEND": REDIS, "LOCATION": "redis://127.0.0.1:6379/15"}, False),
+        ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://"}, False),
+        ({"BACKEND": MEMCACHED, "LOCATION": "127.0.0.1:11211"}, True),
+        ({"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "t"}, True),
+        (
+            {
+                "BACKEND": REDIS,
+                "LOCATION": ["redis://127.0.0.1:6379/15", "redis://127.0.0.1:6379/14"],
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+            },
+            True,
+        ),
+        ({"BACKEND": LOCMEM}, False),  # no other writer; W082 says what is wrong with it
+    ],
+)
+def test_w087_a_replay_cache_whose_backend_unpickles(cache: dict[str, Any], warned: bool) -> None:
+    found = deploy_ids(
+        CACHES={"default": {"BACKEND": LOCMEM}, "replay": cache}, IDEMPOTENCY_CACHE="replay"
+    )
+    assert ("idempotency_django.W087" in found) is warned
