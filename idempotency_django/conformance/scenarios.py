@@ -165,6 +165,7 @@ class Run:
         self.hooks: bool | None = None  # learnt by the transient-5xx scenario
         self.notes: list[str] = []
         self.warnings: list[str] = []
+        self.breaches: list[str] = []  # recommendations broken under strict
         # Executions the current scenario should have caused; None: it cannot tell.
         self.expected: int | None = 0
 
@@ -218,13 +219,17 @@ class Run:
             self.expected += executions
 
     def recommend(self, kept: bool, broken: str) -> None:
-        """A rule the draft only recommends: a failure under ``strict``, a warning under ``draft``."""
+        """A rule the draft only recommends: a failure under ``strict``, a warning under ``draft``.
+
+        Under ``strict`` the failure waits for the scenario's end, so that what the effects
+        show (a second execution) is the evidence when both are broken.
+        """
         if kept:
             return
         if self.options.profile == DRAFT:
             self.warnings.append(broken)
-            return
-        raise Failed(f"{broken} (the draft recommends it, this library's contract requires it)")
+        else:
+            self.breaches.append(broken)
 
     def new_key(self) -> str:
         return new_key(self.options.key_format)
@@ -656,7 +661,7 @@ def run_scenarios(
 
 
 def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
-    run.notes, run.warnings, run.expected = [], [], 0
+    run.notes, run.warnings, run.breaches, run.expected = [], [], [], 0
     start, sent = time.monotonic(), run.sent
     if run.options.progress:
         run.options.progress(f"{name} …")
@@ -665,6 +670,10 @@ def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
         scenario(run)
         verdict, evidence = PASS, list(run.notes)
         counted(run, before, evidence)
+        if run.breaches:
+            raise Failed(
+                f"{run.breaches[0]} (the draft recommends it, this library's contract requires it)"
+            )
     except Failed as failed:
         verdict, evidence = FAIL, [*run.notes, *effects(run, before), str(failed)]
     except Skipped as skipped:

@@ -101,16 +101,8 @@ def test_in_flight_by_time_with_two_executions_fails() -> None:
     ],
 )
 def test_storm_answers_other_than_replays_or_409_fail(answer: Answer, reason: str) -> None:
-    first: set[bytes] = set()
-
-    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
-        key = str(headers["Idempotency-Key"]).encode()
-        if key in first:
-            return answer
-        first.add(key)
-        return created(len(first))
-
-    result = run("storm", script)
+    # The duplicates during the storm get ``answer``; the follow-up after it, a replay.
+    result = run_with("storm", Endpoint(lambda first, n: answer if n <= 6 else stamped(first)))
     assert result.verdict == FAIL
     assert reason in result.evidence[-2]
 
@@ -138,6 +130,7 @@ class Endpoint:
         self,
         duplicate: Callable[[Answer, int], Answer] | None = None,
         per_execution: int = 1,
+        rerun: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.first: dict[str, Answer] = {}
@@ -145,6 +138,7 @@ class Endpoint:
         self.effects = 0
         self.per_execution = per_execution
         self.duplicate = duplicate or (lambda first, n: first)
+        self.rerun = rerun  # duplicates run the view too
         self.keys: list[str] = []
 
     def __call__(self, headers: Mapping[str, str | bytes], body: bytes) -> Answer:
@@ -156,6 +150,7 @@ class Endpoint:
                 self.effects += self.per_execution
                 self.first[key] = created(len(self.first) + 1)
                 return self.first[key]
+            self.effects += self.per_execution if self.rerun else 0
             return self.duplicate(self.first[key], self.seen[key])
 
 
@@ -251,3 +246,10 @@ def test_a_missing_key_run_anyway_fails_strict_and_is_not_run_under_the_draft() 
     draft = run_with("key-missing-400", endpoint(), profile="draft")
     assert draft.verdict == NOT_RUN, draft
     assert "needs an operation that requires a key" in draft.evidence[-2]
+
+
+def test_a_second_execution_is_the_evidence_when_the_replay_header_is_missing_too() -> None:
+    # Every duplicate runs again, and gets the first answer back without the header.
+    result = run_with("replay", Endpoint(rerun=True))
+    assert result.verdict == FAIL, result
+    assert "the retries ran the view" in result.evidence[-2], result
