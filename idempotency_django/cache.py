@@ -24,6 +24,7 @@ says so (``idempotency_django.W087``).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -190,11 +191,13 @@ def decode(name: str, value: object) -> tuple[str, Sealed] | None:
 
 def _mac(name: str, body: bytes) -> bytes:
     message = _LENGTH.pack(len(name)) + name.encode() + body
-    return hmac.digest(_subkey(), message, "sha256")
+    return hmac.digest(_value_key(cache_secret()), message, "sha256")
 
 
-def _subkey() -> bytes:
-    return hmac.digest(cache_secret(), b"idempotency_django.cache.value", "sha256")
+@functools.lru_cache(maxsize=4)
+def _value_key(secret: bytes) -> bytes:
+    # A sub-key: the names' key never tags a value.
+    return hmac.digest(secret, b"idempotency_django.cache.value", "sha256")
 
 
 _LENGTH = struct.Struct(">I")
