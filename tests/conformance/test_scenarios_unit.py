@@ -61,7 +61,30 @@ def test_a_final_4xx_judged_without_hooks() -> None:
             return Answer(400, JSON, b'{"error": "no"}')
         return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
 
-    assert run("final-4xx-replayed", stores_but_never_replays).verdict == FAIL
+    assert run("final-4xx-replayed", stores_but_never_replays).verdict == NOT_RUN
+
+    def takes_the_key_and_refuses_again(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        seen[body] = seen.get(body, 0) + 1
+        if body == b"[]":
+            return Answer(400, JSON, b'{"error": "no"}' if seen[body] == 1 else b'{"error": "2"}')
+        return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
+
+    seen.clear()
+    assert run("final-4xx-replayed", takes_the_key_and_refuses_again).verdict == FAIL
+
+
+def test_an_identical_refusal_without_a_replay_header_is_not_called_a_replay() -> None:
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if body == b"[]":
+            return Answer(400, JSON, b'{"error": "send an object"}')
+        return Answer(422, PROBLEM, b"{}")  # the key is taken: the refusal was recorded
+
+    for profile in ("strict", "draft"):
+        [result] = scenarios.run_scenarios(
+            Scripted(script), Options(profile=profile), only=["final-4xx-replayed"]
+        )
+        assert result.verdict == NOT_RUN, result
+        assert "replayed or refused again cannot be told" in result.evidence[-2]
 
 
 def _held(second: Callable[[int], Answer]) -> Script:
@@ -253,3 +276,24 @@ def test_a_second_execution_is_the_evidence_when_the_replay_header_is_missing_to
     result = run_with("replay", Endpoint(rerun=True))
     assert result.verdict == FAIL, result
     assert "the retries ran the view" in result.evidence[-2], result
+
+
+@pytest.mark.parametrize("name", ["key-oversized-400", "key-non-ascii-400"])
+def test_under_the_draft_a_bad_key_accepted_is_not_run_and_refused_otherwise_is_a_warning(
+    name: str,
+) -> None:
+    accepted = run_with(name, Endpoint(lambda first, n: stamped(first)), profile="draft")
+    assert accepted.verdict == NOT_RUN, accepted
+    assert "the draft sets no rule for such a key" in accepted.evidence[-2]
+
+    def crashes(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        key = headers.get("Idempotency-Key", b"")
+        if isinstance(key, bytes) or len(key) > 255:
+            return Answer(500, {"content-type": "text/html"}, b"<h1>Server Error</h1>")
+        return endpoint(headers, body)
+
+    endpoint = Endpoint()
+    opts = Options(profile="draft", executions=lambda: endpoint.effects)
+    [result] = scenarios.run_scenarios(Scripted(crashes), opts, only=[name])
+    assert result.verdict == PASS, result
+    assert any("answered 500, not 400" in warning for warning in result.warnings)
