@@ -89,3 +89,9 @@ def test_every_extra_is_in_the_install_docs() -> None:
     listed = {extra for group in listed for extra in group.split(",")}
     missing = set(PYPROJECT["project"]["optional-dependencies"]) - listed
     assert not missing, f"extras missing from docs/installation.rst: {sorted(missing)}"
+
+
+def test_the_celery_extra_can_publish_to_a_redis_broker() -> None:
+    """kombu's Redis transport imports redis and packaging: only celery[redis] brings both."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert any(r.startswith("celery[redis]") for r in extras["celery"])
