@@ -175,7 +175,7 @@ def execute_field(
     if definition is None:
         return run(parent_type, source, nodes, path, *rest)
     if _leads_to_protection(executor, protection_of, definition):
-        _steps(executor)[id(path)] = _Step(parent_type, definition, field_nodes[0])
+        _steps(executor)[id(path)] = _Step(parent_type, definition, nodes[0])
     protection = protection_of(definition)
     if protection is None:
         return run(parent_type, source, nodes, path, *rest)
@@ -185,6 +185,7 @@ def execute_field(
         functools.partial(run, parent_type, source, nodes, path, *rest),
         _Running(tuple(path.as_list())),
         field_nodes,
+        nodes[0],
         parent_type,
         definition,
         path,
@@ -203,11 +204,12 @@ class _Step:
 
     parent_type: GraphQLObjectType
     definition: GraphQLField
-    node: FieldNode
+    node: Any  # graphql-core 3.2's first field node, or 3.3's first field details
 
     def identity(self, executor: Any) -> list[Any]:
         arguments = _arguments(executor, self.definition, self.node, ())
-        return [f"{self.parent_type.name}.{self.node.name.value}", arguments]
+        name = getattr(self.node, "node", self.node).name.value
+        return [f"{self.parent_type.name}.{name}", arguments]
 
 
 def _steps(executor: Any) -> dict[int, _Step]:
@@ -278,6 +280,7 @@ class _FieldRun:
     run: Callable[[], Any]
     running: _Running
     nodes: list[FieldNode]
+    first: Any  # graphql-core 3.2's first field node, or 3.3's first field details
     parent_type: GraphQLObjectType
     definition: GraphQLField
     path: Any
@@ -316,7 +319,13 @@ class _FieldRun:
         if key is None and policy.required and self.request.headers.get(policy.header) is None:
             raise KeyMissing(_missing(self.protection, policy.header))
         digest = fingerprint(
-            self.executor, self.parent_type, self.definition, self.nodes, self.protection, self.path
+            self.executor,
+            self.parent_type,
+            self.definition,
+            self.first,
+            self.nodes,
+            self.protection,
+            self.path,
         )
         return replace(
             policy,
@@ -420,6 +429,7 @@ def fingerprint(
     executor: Any,
     parent_type: GraphQLObjectType,
     definition: GraphQLField,
+    first: Any,
     nodes: list[FieldNode],
     protection: Protection,
     path: Any,
@@ -436,7 +446,7 @@ def fingerprint(
     parts: list[Any] = [
         _ancestry(executor, path),
         f"{parent_type.name}.{nodes[0].name.value}",
-        _arguments(executor, definition, nodes[0], skip),
+        _arguments(executor, definition, first, skip),
     ]
     for node in nodes:
         parts.append(_directives(node.directives, values))
@@ -475,11 +485,21 @@ def _key_names(definition: GraphQLField, protection: Protection) -> tuple[str, .
 
 
 def _arguments(
-    executor: Any, definition: GraphQLField, node: FieldNode, skip: Iterable[str]
+    executor: Any, definition: GraphQLField, first: Any, skip: Iterable[str]
 ) -> dict[str, Any]:
     """A field's arguments as its resolver receives them: coerced, variables resolved,
-    defaults filled in (the execution context's own coercion, already validated)."""
-    values = get_argument_values(definition, node, executor.variable_values)
+    defaults filled in (the execution context's own coercion, already validated).
+
+    ``first`` is graphql-core 3.2's first field node, or 3.3's first field details, which
+    carry the values of a fragment's own variables."""
+    node = getattr(first, "node", first)
+    fragment_values = getattr(first, "fragment_variable_values", None)
+    if fragment_values is None:
+        values = get_argument_values(definition, node, executor.variable_values)
+    else:  # graphql-core 3.3, a fragment with arguments
+        values = get_argument_values(  # type: ignore[call-arg,unused-ignore]
+            definition, node, executor.variable_values, fragment_values
+        )
     for name in skip:
         values.pop(name, None)
     return values

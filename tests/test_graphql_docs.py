@@ -29,7 +29,7 @@ from tests.helpers import new_key
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 EXAMPLES = {"strawberry": DOCS / "examples" / "graphql_api.py"}
 try:  # Graphene needs graphql-core < 3.3 (see tests/testapp/urls.py)
-    import graphene  # noqa: F401
+    import idempotency_django.graphene  # noqa: F401
 except ImportError:
     pass
 else:
