@@ -118,6 +118,7 @@ class Ring:
         self.newest = key_id(keys[0])
         self.limit = limit  # IDEMPOTENCY_MAX_STORED_BYTES, read once with the keys
         self.legacy = legacy  # 0.4's derived key, built on first need (a database read)
+        self.opening_only: dict[bytes, Any] = {}  # ... and once built: 0.4's blobs only
 
     def seal(self, plain: bytes, aad: bytes) -> bytes:
         nonce = os.urandom(_NONCE)
@@ -134,7 +135,7 @@ class Ring:
         kid = blob[1 : 1 + _ID]
         cipher = self.ciphers.get(kid)
         if cipher is None and version == VERSION_0_4:
-            cipher = self._legacy(kid)
+            cipher = self.opening_only.get(kid) or self._legacy(kid)
         if cipher is None:
             raise Unreadable("sealed under a key no longer configured", kid.hex())
         try:
@@ -143,12 +144,14 @@ class Ring:
             raise Unreadable("tampered with, or moved from another key", kid.hex()) from None
 
     def _legacy(self, kid: bytes) -> Any:
+        """0.4's derived key, when ``kid`` names it (read once, kept with the others)."""
         if self.legacy is None:
             return None
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        key = self.legacy()
-        return AESGCM(key) if key_id(key) == kid else None
+        key, self.legacy = self.legacy(), None
+        self.opening_only = {key_id(key): AESGCM(key)}
+        return self.opening_only.get(kid)
 
 
 _rings: dict[str, Ring] = {}
