@@ -27,6 +27,7 @@ from django.test import Client, RequestFactory
 
 from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.graphql_fields import DOCS
+from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -312,6 +313,37 @@ def test_nested_fields_under_two_parents_with_their_own_keys_each_run_once(stack
     assert retry == first
     assert first["data"]["two"][stack.nested]["reference"] == f"{reference}:2"
     assert (charges(f"{reference}:1"), charges(f"{reference}:2")) == (1, 1)
+
+
+def _depths(stack: Stack) -> dict[str, int]:
+    if stack.name.startswith("graphene"):
+        from tests.testapp import graphene_api
+
+        return graphene_api.depths
+    from tests.testapp import strawberry_api
+
+    return strawberry_api.depths
+
+
+def test_nested_fields_under_two_parents_commit_apart(stack: Stack) -> None:
+    """Each nested protected field has a transaction of its own, one after the other (also
+    when the async stacks await them together): one failing rolls back its write only."""
+    reference, a, b = new_key(), new_key(), new_key()
+    fields = " ".join(
+        f"{alias}: account(id: {account}) {{ {stack.nested}(reference: $reference, "
+        f"idempotencyKey: {key}, fail: {fail}) {{ id reference }} }}"
+        for alias, account, key, fail in (("one", 1, "$a", "true"), ("two", 2, "$b", "false"))
+    )
+    body = {"query": document(fields), "variables": {"reference": reference, "a": a, "b": b}}
+    answer = stack.send(body, None)
+    (error,) = answer["errors"]
+    assert error["path"] == ["one", stack.nested]
+    assert answer["data"]["two"][stack.nested]["reference"] == f"{reference}:2"
+    assert (charges(f"{reference}:1"), charges(f"{reference}:2")) == (0, 1)
+    assert not IdempotencyEntry.objects.filter(key=a).exists()
+    assert IdempotencyEntry.objects.filter(key=b).exists()
+    depths = _depths(stack)
+    assert depths[f"{reference}:1"] == depths[f"{reference}:2"]
 
 
 def test_a_nested_field_and_a_root_field_sharing_the_header_key_are_refused(stack: Stack) -> None:

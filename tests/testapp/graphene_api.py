@@ -7,6 +7,7 @@ from typing import Any
 
 import graphene
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from graphene_django.views import GraphQLView
@@ -80,6 +81,17 @@ class PayChargeAsync(graphene.Mutation):
 class PayArguments:
     reference = graphene.String(required=True)
     amount = graphene.Int(default_value=100)
+    fail = graphene.Boolean(default_value=False)
+
+
+# reference -> how many atomic blocks were open where a payment ran (its claim's, and any
+# around it): two payments of one document, each in a transaction of its own, see one depth.
+depths: dict[str, int] = {}
+
+
+def _pay(info: Any, reference: str, amount: int, fail: bool) -> dict[str, Any]:
+    depths[reference] = len(connection.atomic_blocks)
+    return _charge(info, reference, amount, fail, False)
 
 
 @idempotent
@@ -90,8 +102,8 @@ class Pay(graphene.Mutation):
     Arguments = PayArguments
     Output = Paid
 
-    def mutate(account: int, info: Any, reference: str, amount: int) -> dict[str, Any]:
-        return _charge(info, f"{reference}:{account}", amount, False, False)
+    def mutate(account: int, info: Any, reference: str, amount: int, fail: bool) -> dict[str, Any]:
+        return _pay(info, f"{reference}:{account}", amount, fail)
 
 
 @idempotent
@@ -99,8 +111,10 @@ class PayAsync(graphene.Mutation):
     Arguments = PayArguments
     Output = Paid
 
-    async def mutate(account: int, info: Any, reference: str, amount: int) -> dict[str, Any]:
-        return await sync_to_async(_charge)(info, f"{reference}:{account}", amount, False, False)
+    async def mutate(
+        account: int, info: Any, reference: str, amount: int, fail: bool
+    ) -> dict[str, Any]:
+        return await sync_to_async(_pay)(info, f"{reference}:{account}", amount, fail)
 
 
 class AccountOps(graphene.ObjectType):

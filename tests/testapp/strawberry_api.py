@@ -6,6 +6,7 @@ import threading
 
 import strawberry
 from asgiref.sync import sync_to_async
+from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest
 from django.urls import path
@@ -97,18 +98,28 @@ class AccountOps:
     account: strawberry.Private[int]
 
     @strawberry.mutation(extensions=[IdempotentExtension()])
-    def pay(self, info: strawberry.Info, reference: str, amount: int = 100) -> ChargePayload:
-        reference = f"{reference}:{self.account}"
-        return _charge(info.context.request, reference, amount, False, False, False)
+    def pay(
+        self, info: strawberry.Info, reference: str, amount: int = 100, fail: bool = False
+    ) -> ChargePayload | None:  # nullable: a failing payment leaves its siblings' data
+        return _pay(info.context.request, f"{reference}:{self.account}", amount, fail)
 
     @strawberry.mutation(extensions=[IdempotentExtension()])
     async def pay_async(
-        self, info: strawberry.Info, reference: str, amount: int = 100
-    ) -> AsyncChargePayload:
+        self, info: strawberry.Info, reference: str, amount: int = 100, fail: bool = False
+    ) -> AsyncChargePayload | None:
         reference = f"{reference}:{self.account}"
-        request = info.context.request
-        paid = await sync_to_async(_charge)(request, reference, amount, False, False, False)
+        paid = await sync_to_async(_pay)(info.context.request, reference, amount, fail)
         return AsyncChargePayload(**vars(paid))
+
+
+# reference -> how many atomic blocks were open where a payment ran (its claim's, and any
+# around it): two payments of one document, each in a transaction of its own, see one depth.
+depths: dict[str, int] = {}
+
+
+def _pay(request: HttpRequest, reference: str, amount: int, fail: bool) -> ChargePayload:
+    depths[reference] = len(connection.atomic_blocks)
+    return _charge(request, reference, amount, fail, False, False)
 
 
 @strawberry.type
