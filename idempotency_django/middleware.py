@@ -1,16 +1,21 @@
 """``IdempotencyMiddleware``: one switch that protects every unsafe request carrying a key.
 
-A request is protected as ``@idempotent`` (with the settings' options) would protect
-it when it is unsafe and carries a key, in the ``Idempotency-Key`` header or, for a
-form post, in the ``idempotency_key`` field. It is let through untouched when:
+A request is protected when it is unsafe and carries a key, in the ``Idempotency-Key``
+header or, for a form post to a Django view, in the ``idempotency_key`` field. How:
 
-- its view is marked ``@idempotency_exempt``;
-- its view protects itself (``@idempotent``, ``IdempotentFormMixin``, DRF's
-  ``IdempotentMixin``): after its own authentication, with its own options;
-- its view is a Django REST framework view or a Django Ninja operation: they
-  authenticate inside the view, after every middleware, and the key space must be
-  the authenticated caller's (protect them with their own adapters);
-- its view is ``async`` (``@idempotent`` protects those).
+- a Django view (function or class, sync or ``async``): as a bare ``@idempotent``;
+- a Django REST framework view (``APIView``, a viewset's action, ``@api_view``): as
+  its class with ``IdempotentMixin`` in front would be, so DRF's authentication,
+  permissions and throttles run first and the key space is DRF's ``request.user``;
+- a Django Ninja operation: as Ninja's ``@idempotent`` would, inside the operation,
+  after Ninja's authentication: the key space is the principal Ninja authenticated
+  (``request.auth``). A streaming operation is not protected (its answer can't be stored).
+
+DRF and Ninja read the key from the header only, as their adapters do. A request is
+let through untouched when its view is marked ``@idempotency_exempt`` (a view
+function, a view class, or a Ninja operation's function), or protects itself
+(``@idempotent``, ``IdempotentFormMixin``, ``IdempotentMixin``, Ninja's ``@idempotent``):
+after its own authentication, with its own options.
 
 It protects in ``process_view``, so it must come after every middleware whose
 ``process_view`` must run first: put it last in ``MIDDLEWARE`` (after
@@ -19,11 +24,15 @@ It protects in ``process_view``, so it must come after every middleware whose
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
-from inspect import iscoroutinefunction
-from typing import Any, TypeVar
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable
+from inspect import isawaitable, iscoroutinefunction
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django.decorators import EntriesDatabase, handle
@@ -31,13 +40,27 @@ from idempotency_django.forms import FIELD_NAME, is_form_post
 from idempotency_django.keys import form_field
 from idempotency_django.options import SAFE_METHODS, Options
 
+if TYPE_CHECKING:
+    from ninja.operation import Operation
+
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
+Call = Callable[..., Any]  # the view call that replaces the view: (request, *args, **kwargs)
 EXEMPT = "idempotency_exempt"
 _OPTIONS = Options()  # the settings' own, as a bare @idempotent's
+# Per DRF view function and per Ninja operation: what the middleware calls instead.
+_DRF_VIEWS: weakref.WeakKeyDictionary[Callable[..., Any], Call] = weakref.WeakKeyDictionary()
+_NINJA_RUNS: weakref.WeakKeyDictionary[Operation, Call] = weakref.WeakKeyDictionary()
 
 
 def idempotency_exempt(view: ViewFunc) -> ViewFunc:
-    """Leave ``view`` out of ``IdempotencyMiddleware``'s protection (as ``csrf_exempt``)."""
+    """Leave ``view`` out of ``IdempotencyMiddleware``'s protection (as ``csrf_exempt``).
+
+    A view function (a Ninja operation's function too) is wrapped; a view class (a
+    DRF viewset a router serves) is marked, its subclasses with it.
+    """
+    if isinstance(view, type):
+        setattr(view, EXEMPT, True)
+        return view
     if iscoroutinefunction(view):
 
         async def async_exempt(*args: Any, **kwargs: Any) -> Any:
@@ -51,6 +74,10 @@ def idempotency_exempt(view: ViewFunc) -> ViewFunc:
 
         wrapper = exempt
     wrapper = functools.wraps(view)(wrapper)
+    # Ninja resolves string annotations (``from __future__ import annotations``) in the
+    # function's ``__globals__``: this module's, not the view's.
+    with contextlib.suppress(NameError, SyntaxError, TypeError, ValueError):
+        wrapper.__signature__ = inspect.signature(view, eval_str=True)
     setattr(wrapper, EXEMPT, True)
     return wrapper  # type: ignore[no-any-return]
 
@@ -71,22 +98,36 @@ class IdempotencyMiddleware:
         view_args: tuple[Any, ...],
         view_kwargs: dict[str, Any],
     ) -> HttpResponse | None:
-        if not protects(request, view):
+        call = protection(request, view)
+        if call is None:
             return None
         # The view is called here, so Django's ATOMIC_REQUESTS wrapper is not around it:
         # the claim's transaction holds the view, as under @idempotent.
-        return handle(request, _OPTIONS, lambda: view(request, *view_args, **view_kwargs))
+        return _answer(call(request, *view_args, **view_kwargs))
 
 
 def protects(request: HttpRequest, view: Callable[..., Any]) -> bool:
     """Whether the middleware protects this request to this view (see the module's doc)."""
-    if (request.method or "").upper() in SAFE_METHODS or (request.method or "") == "":
-        return False
-    if getattr(view, EXEMPT, False) or iscoroutinefunction(view) or _protects_itself(view):
-        return False
-    if _authenticates_inside(view):
-        return False
-    return carries_key(request)
+    return protection(request, view) is not None
+
+
+def protection(request: HttpRequest, view: Callable[..., Any]) -> Call | None:
+    """What the middleware calls instead of ``view``, or ``None`` to leave it alone."""
+    if (request.method or "").upper() in SAFE_METHODS or not request.method:
+        return None
+    if getattr(view, EXEMPT, False) or _protects_itself(view):
+        return None
+    drf_class = _drf_class(view)
+    if drf_class is not None:
+        return _drf_protection(request, view, drf_class)
+    operation = _ninja_operation(request, view)
+    if operation is not None:
+        return _ninja_protection(request, operation)
+    if _is_ninja(view) or not carries_key(request):
+        return None  # a Ninja view whose operation this Ninja hides: never before its auth
+    if iscoroutinefunction(view):
+        return functools.partial(_protected_async, view)
+    return functools.partial(_protected, view)
 
 
 def carries_key(request: HttpRequest) -> bool:
@@ -95,22 +136,158 @@ def carries_key(request: HttpRequest) -> bool:
     policy = _OPTIONS.resolve(request)
     if is_form_post(request, policy):
         return form_field(request, FIELD_NAME) is not None
+    return carries_header(request)
+
+
+def carries_header(request: HttpRequest) -> bool:
+    """A key in the header: where DRF's and Ninja's adapters read it."""
+    policy = _OPTIONS.resolve(request)
     if policy.meta_header:
         return policy.meta_header in request.META
     return policy.header in request.headers
 
 
-def _protects_itself(view: Callable[..., Any]) -> bool:
+def _protected(view: Call, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    return handle(request, _OPTIONS, lambda: view(request, *args, **kwargs))
+
+
+def _protected_async(view: Call, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    # As @idempotent's async wrapper: the protocol holds a transaction on this thread,
+    # the view runs on the event loop through async_to_sync.
+    call = functools.partial(async_to_sync(view), request, *args, **kwargs)
+    return handle(request, _OPTIONS, call)
+
+
+def _answer(response: Any) -> HttpResponse:
+    """A view's answer; an ``async`` one's awaited (process_view is synchronous)."""
+    if isawaitable(response):
+        return async_to_sync(_awaited)(response)
+    return response  # type: ignore[no-any-return]
+
+
+async def _awaited(awaitable: Awaitable[HttpResponse]) -> HttpResponse:
+    return await awaitable
+
+
+def _protects_itself(view: object) -> bool:
     # @idempotent and the mixins' as_view() mark their view with the entries' database.
     return isinstance(getattr(view, "_non_atomic_requests", None), EntriesDatabase)
 
 
-def _authenticates_inside(view: Callable[..., Any]) -> bool:
-    """A DRF view (``as_view()`` and ``@api_view`` set ``view.cls``) or a Ninja operation."""
+# --- Django REST framework: the view's class with IdempotentMixin in front ---------------------
+
+
+def _drf_class(view: Callable[..., Any]) -> type | None:
+    """The DRF view class behind ``view`` (``as_view()`` and ``@api_view`` set ``view.cls``).
+
+    Read by module name, so that a project without DRF never imports it.
+    """
     cls = getattr(view, "cls", None)
     if isinstance(cls, type) and any(
         base.__module__.startswith("rest_framework.") for base in cls.__mro__
     ):
-        return True
+        return cls
+    return None
+
+
+def _drf_protection(request: HttpRequest, view: Call, cls: type) -> Call | None:
+    from idempotency_django.rest_framework import IdempotentMixin
+
+    if issubclass(cls, IdempotentMixin) or getattr(cls, EXEMPT, False):
+        return None
+    if _drf_handler_protects_itself(request, view, cls) or not carries_header(request):
+        return None
+    protected = _DRF_VIEWS.get(view)
+    if protected is None:
+        protected = _DRF_VIEWS[view] = _drf_view(view, cls)
+    return protected
+
+
+def _drf_handler_protects_itself(request: HttpRequest, view: Call, cls: type) -> bool:
+    """``@idempotent`` under ``@api_view`` (or on a handler): the handler protects itself."""
+    method = (request.method or "").lower()
+    actions = getattr(view, "actions", None) or {}
+    handler = getattr(cls, actions.get(method, method), None)
+    # @api_view's handler calls the function it closes over: the one @idempotent marked.
+    return _protects_itself(handler) or any(_protects_itself(c) for c in _closed_over(handler))
+
+
+def _closed_over(function: object) -> list[object]:
+    """What ``function``'s closure holds (its free variables' values)."""
+    contents = []
+    for cell in getattr(function, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            contents.append(cell.cell_contents)
+    return contents
+
+
+def _drf_view(view: Call, cls: type) -> Call:
+    """``view`` as ``as_view()`` of ``cls`` with ``IdempotentMixin`` in front would make it:
+    DRF authenticates, checks permissions and throttles before the claim, as the mixin does."""
+    initkwargs = dict(getattr(view, "initkwargs", {}))
+    actions = getattr(view, "actions", None)
+    protected_cls = _drf_protected_class(cls)
+    as_view: Any = protected_cls.as_view  # type: ignore[attr-defined]
+    return as_view(actions, **initkwargs) if actions is not None else as_view(**initkwargs)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _drf_protected_class(cls: type) -> type:
+    from idempotency_django.rest_framework import IdempotentMixin
+
+    namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    return type(cls.__name__, (IdempotentMixin, cls), namespace)
+
+
+# --- Django Ninja: the operation's function protected, inside the operation ---------------------
+
+
+def _is_ninja(view: Callable[..., Any]) -> bool:
     view = view.func if isinstance(view, functools.partial) else view  # Ninja's docs views
     return str(getattr(view, "__module__", "")).startswith("ninja.")
+
+
+def _ninja_operation(request: HttpRequest, view: Callable[..., Any]) -> Operation | None:
+    """The Ninja operation that answers this request, if ``view`` is Ninja's path view.
+
+    Ninja's URL patterns hold a closure over (older versions: a method of) the
+    ``PathView`` that finds the operation of the request's method.
+    """
+    if not _is_ninja(view):
+        return None
+    from ninja.operation import PathView
+
+    owners = [getattr(view, "__self__", None), *_closed_over(view)]
+    path_view = next((owner for owner in owners if isinstance(owner, PathView)), None)
+    if path_view is None:
+        return None
+    method = request.method
+    return next((op for op in path_view.operations if method in op.methods), None)
+
+
+def _ninja_protection(request: HttpRequest, operation: Operation) -> Call | None:
+    from idempotency_django import ninja as adapter
+
+    function = operation.view_func
+    if getattr(function, EXEMPT, False) or hasattr(function, adapter._PROTECTED):
+        return None
+    if operation.stream_format or not carries_header(request):
+        return None
+    run = _NINJA_RUNS.get(operation)
+    if run is None:
+        run = _NINJA_RUNS[operation] = _ninja_run(operation)
+    return run
+
+
+def _ninja_run(operation: Operation) -> Call:
+    """A copy of ``operation`` whose function is protected as Ninja's ``@idempotent``
+    protects it: Ninja authenticates, throttles and validates before the claim, and the
+    key space is ``request.auth``. The API's own operation is left as it is."""
+    from idempotency_django import ninja as adapter
+
+    twin = operation.clone()
+    twin.api = operation.api
+    twin.view_func = adapter._protected(operation.view_func, _OPTIONS)
+    # The protected function renders its result through the operation it finds on the request.
+    run: Call = adapter._remembering(twin.run, twin)
+    return run
