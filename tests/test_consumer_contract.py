@@ -18,7 +18,8 @@ two consumers race it (two deliveries)        one run, one effect, both acked
 ============================================  =============================================
 
 Every dead letter reaches the broker's dead-letter path (where an operator looks).
-Celery, Kafka and SQS: the in-process table in tests/test_consumer_presets.py.
+Celery, Kafka and SQS (and the three above, as their translation): the in-process table,
+tests/test_consumer_contract_inprocess.py.
 """
 
 from __future__ import annotations

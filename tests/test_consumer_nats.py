@@ -1,11 +1,6 @@
-"""The NATS JetStream preset (``idempotency_django.consumers.nats``) against a real server.
-
-A consumer process commits its write and is SIGKILLed before the ack: the
-redelivery replays (one effect). PostgreSQL cut away mid-stream (through a proxy,
-the shared server keeps running): every event is retried, none is given up on,
-and after the restore each is processed exactly once. A poison message is tried
-``POLICY.max_attempts`` times, published to the dead-letter subject, terminated,
-and its key left free.
+"""The NATS JetStream preset's real server (``idempotency_django.consumers.nats``): a
+stream, subject and durable consumer of each test's own, and the scenarios' view of them
+(:class:`JetStream`). tests/test_consumer_contract.py runs every scenario over it.
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests import consumer_harness as harness
-from tests.celery_harness import database_url
 from tests.conftest import reachable, service_missing
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
@@ -129,21 +123,3 @@ class JetStream:
     def consumer(self, traces: Path, database: str) -> Any:
         args = list(self.stream)
         return harness.consumer(traces, "tests.consumer_nats", args, database, NATS_URL=NATS_URL)
-
-
-def test_killed_after_the_commit_and_before_the_ack_the_redelivery_replays_once(
-    tmp_path: Path, stream: Stream
-) -> None:
-    harness.killed_after_the_commit_and_before_the_ack(JetStream(stream), tmp_path, database_url())
-
-
-def test_a_database_outage_mid_stream_loses_nothing(tmp_path: Path, stream: Stream) -> None:
-    harness.database_outage_mid_stream(JetStream(stream), tmp_path, database_url())
-
-
-def test_a_poison_message_is_dead_lettered_and_leaves_its_key_free(
-    tmp_path: Path, stream: Stream
-) -> None:
-    harness.poison_is_dead_lettered_and_leaves_its_key_free(
-        JetStream(stream), tmp_path, database_url()
-    )

@@ -1,6 +1,6 @@
-"""The RabbitMQ preset (``idempotency_django.consumers.rabbitmq``) against a real server:
-the scenarios of tests/consumer_harness.py (kill before the ack, a database outage
-mid-stream, a poison message)."""
+"""The RabbitMQ preset's real server (``idempotency_django.consumers.rabbitmq``): an
+exchange and queues of each test's own (:class:`Rabbit`). tests/test_consumer_contract.py
+runs every scenario of tests/consumer_harness.py over it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests import consumer_harness as harness
-from tests.celery_harness import RABBITMQ_URL, broker_url, database_url
+from tests.celery_harness import RABBITMQ_URL, broker_url
 
 pytestmark = [
     pytest.mark.requires_postgres,
@@ -83,19 +83,3 @@ def rabbit() -> Iterator[Rabbit]:
         yield made
     finally:
         made.delete()
-
-
-def test_killed_after_the_commit_and_before_the_ack_the_redelivery_replays_once(
-    tmp_path: Path, rabbit: Rabbit
-) -> None:
-    harness.killed_after_the_commit_and_before_the_ack(rabbit, tmp_path, database_url())
-
-
-def test_a_database_outage_mid_stream_loses_nothing(tmp_path: Path, rabbit: Rabbit) -> None:
-    harness.database_outage_mid_stream(rabbit, tmp_path, database_url())
-
-
-def test_a_poison_message_is_dead_lettered_and_leaves_its_key_free(
-    tmp_path: Path, rabbit: Rabbit
-) -> None:
-    harness.poison_is_dead_lettered_and_leaves_its_key_free(rabbit, tmp_path, database_url())

@@ -1,6 +1,6 @@
-"""The Redis Streams preset (``idempotency_django.consumers.redis_streams``) against a
-real Redis: the scenarios of tests/consumer_harness.py (kill before the ack, a database
-outage mid-stream, a poison message)."""
+"""The Redis Streams preset's real server (``idempotency_django.consumers.redis_streams``):
+a stream and consumer group of each test's own (:class:`Streams`).
+tests/test_consumer_contract.py runs every scenario of tests/consumer_harness.py over it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests import consumer_harness as harness
-from tests.celery_harness import database_url
 from tests.conftest import reachable, service_missing
 from tests.settings import REDIS_URL
 
@@ -73,19 +72,3 @@ def streams() -> Iterator[Streams]:
         yield made
     finally:
         made.delete()
-
-
-def test_killed_after_the_commit_and_before_the_ack_the_redelivery_replays_once(
-    tmp_path: Path, streams: Streams
-) -> None:
-    harness.killed_after_the_commit_and_before_the_ack(streams, tmp_path, database_url())
-
-
-def test_a_database_outage_mid_stream_loses_nothing(tmp_path: Path, streams: Streams) -> None:
-    harness.database_outage_mid_stream(streams, tmp_path, database_url())
-
-
-def test_a_poison_message_is_dead_lettered_and_leaves_its_key_free(
-    tmp_path: Path, streams: Streams
-) -> None:
-    harness.poison_is_dead_lettered_and_leaves_its_key_free(streams, tmp_path, database_url())
