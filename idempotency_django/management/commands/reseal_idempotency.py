@@ -2,7 +2,9 @@
 
 Run after putting a new key first in ``IDEMPOTENCY_ENCRYPTION_KEYS`` (the old one
 still listed), then drop the old key: every finished entry, 0.3's plain ones too,
-is then sealed under the newest. Each batch is its own short transaction, and each
+is then sealed under the newest. Run it once after upgrading from 0.4 too: 0.4's
+seal (its default key rooted in the database itself, its status and reason outside
+the seal) is then gone from the table, and from every backup taken afterwards. Each batch is its own short transaction, and each
 write is fenced on the entry's owner token, so that an entry taken over or purged
 meanwhile is left as it is. ``--new-key`` prints a fresh key for the setting.
 """
@@ -33,7 +35,7 @@ class Resealed:
 class Command(BaseCommand):
     help = (
         "Re-seal every stored idempotency answer under the newest key of "
-        "IDEMPOTENCY_ENCRYPTION_KEYS (and seal 0.3's plain ones), in short batches."
+        "IDEMPOTENCY_ENCRYPTION_KEYS (0.4's and 0.3's too), in short batches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
