@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 from idempotency_django import secret, signals
 from idempotency_django.celery import idempotent_task
 from idempotency_django.checks import check_secret
-from idempotency_django.models import IdempotencySecret
+from idempotency_django.models import IdempotencyDatabase, IdempotencySecret
 from idempotency_django.secret import lock_id, server_secret
 from tests.helpers import new_key, post
 from tests.lock_helpers import dsn
@@ -165,3 +165,41 @@ def test_two_servers_with_different_lock_ids_still_commit_once(
         worker.join(30)
     assert sorted(answers) in ([201, 201], [201, 409])  # a replay, or the loser's 409
     assert charges(key) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_identity_is_random_and_persisted_once() -> None:
+    identity = secret.database_identity("default")
+    assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
+    with override_settings(SECRET_KEY="rotated", SECRET_KEY_FALLBACKS=[]):
+        assert secret.database_identity("default") == identity  # not a function of settings
+        call_command("migrate", verbosity=0)
+    assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
+    IdempotencyDatabase.objects.all().delete()  # another database, created on its own
+    secret._cache.clear()
+    other = secret.database_identity("default")
+    assert other != identity
+    assert len(other) == 16
+    IdempotencyDatabase.objects.filter(pk=1).update(identity=identity.hex())
+    secret._cache.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flushed_test_database_gets_this_processs_identity_back() -> None:
+    """A flush sends post_migrate: the identity this process (and any server started
+    on the same database) already uses is written back, not a new one drawn."""
+    identity = secret.database_identity("default")
+    IdempotencyDatabase.objects.all().delete()
+    secret.on_post_migrate("default")
+    assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
+
+
+def test_the_settings_roots_are_not_what_the_secret_row_holds() -> None:
+    """The row holds sha256(seed + the oldest key): no root of a seal key follows from it."""
+    with override_settings(SECRET_KEY="k" * 50, SECRET_KEY_FALLBACKS=["old" * 20]):
+        roots = secret.settings_roots()
+        assert len(roots) == 2
+        assert secret.seed_from_settings() not in roots
+    with override_settings(IDEMPOTENCY_SECRET="s" * 40):
+        assert secret.settings_roots() != [secret.seed_from_settings()]
+        assert len(secret.settings_roots()) == 1
