@@ -127,6 +127,7 @@ _running: ContextVar[_Running | None] = ContextVar("idempotency_graphql_field", 
 _ERRORS = "_idempotency_graphql_errors"  # on the execution context: its field errors so far
 _CHECKED = "_idempotency_graphql_checked"  # on the execution context: the document was checked
 _STEPS = "_idempotency_graphql_steps"  # on the execution context: the fields above protected ones
+_REACHES = "_idempotency_graphql_reaching"  # on the execution context: _REACHING's entry
 _BATCH = "_idempotency_graphql_batch"  # on the request: its batch's shared-key verdict
 
 
@@ -230,10 +231,13 @@ def _leads_to_protection(
     executor: Any, protection_of: Callable[[GraphQLField], Protection | None], field: GraphQLField
 ) -> bool:
     """Whether a protected field may lie below ``field`` (only those fields are recorded)."""
-    schema: GraphQLSchema = executor.schema
-    reaching = _REACHING.get(schema)
-    if reaching is None:
-        reaching = _REACHING[schema] = _reaching(schema, protection_of)
+    reaching: frozenset[str] | None = getattr(executor, _REACHES, None)
+    if reaching is None:  # once per request, then an attribute: this runs for every field
+        schema: GraphQLSchema = executor.schema
+        reaching = _REACHING.get(schema)
+        if reaching is None:
+            reaching = _REACHING[schema] = _reaching(schema, protection_of)
+        setattr(executor, _REACHES, reaching)
     return get_named_type(field.type).name in reaching
 
 
