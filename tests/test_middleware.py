@@ -7,7 +7,8 @@ import uuid
 from typing import Any
 
 import pytest
-from django.test import Client, RequestFactory
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient, Client, RequestFactory
 from django.views import View
 from ninja import NinjaAPI
 from ninja.streaming import JSONL
@@ -363,3 +364,23 @@ def test_an_exempt_drf_viewset_or_ninja_operation_is_never_protected_by_the_midd
     assert [answer.status_code for answer in answers] == [201, 201]
     assert Charge.objects.count() == 2
     assert IdempotencyEntry.objects.count() == 0
+
+
+@SWITCH
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [("/switch/async/", {}), ("/switch/ninja/async/charges", _api_key("alice"))],
+)
+def test_the_middleware_protects_async_views_served_by_asgi(
+    path: str, headers: dict[str, str]
+) -> None:
+    # Under ASGI, Django runs the (synchronous) middleware's process_view in a thread.
+    post = async_to_sync(AsyncClient().post)
+    key = str(uuid.uuid4())
+    answers = [
+        post(path, {"amount": 1}, content_type=JSON, headers={"Idempotency-Key": key, **headers})
+        for _ in range(2)
+    ]
+    assert [answer.status_code for answer in answers] == [201, 201], answers[0].content
+    assert answers[1]["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
