@@ -4,6 +4,7 @@ real servers' proofs are tests/test_consumer_{nats,rabbitmq,redis_streams}.py)."
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -239,5 +240,31 @@ def test_each_preset_dead_letters_an_id_the_store_cannot_hold_and_goes_on() -> N
     assert message.names() == ["reject"]
     msg = AsyncRecorder(headers={"Nats-Msg-Id": "y" * 300}, data=b"{}")
     asyncio.run(nats_preset.handle(msg, lambda msg: None))
+    assert msg.names() == ["term"]
+    asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_without_an_id_is_a_dead_letter_not_an_exception() -> None:
+    client, pipe = Recorder(), Recorder()
+    client.__dict__["pipeline"] = lambda transaction: _Context(pipe)
+    verdict = redis_preset.handle(client, "s", "g", "1-0", {"body": "{}"}, lambda f: None)
+    assert (verdict.action, verdict.outcome) == ("dead_letter", "unstorable")
+    assert "'id' field" in str(verdict.error)
+    assert pipe.names() == ["xack", "execute"]
+    message = _amqp_message()
+    message.properties.pop("message_id")
+    rabbit_preset.handle(
+        message, lambda m: None, queues=rabbit_preset.queues("q"), producer=Recorder()
+    )
+    assert message.names() == ["reject"]
+    msg = AsyncRecorder(headers=None, data=b"{}")
+    asyncio.run(nats_preset.handle(msg, lambda msg: None))
+    assert msg.names() == ["term"]
+    # A key= function that cannot read the body (not JSON): the same.
+    msg = AsyncRecorder(headers=None, data=b"not json")
+    asyncio.run(
+        nats_preset.handle(msg, lambda msg: None, key=lambda msg: json.loads(msg.data)["id"])
+    )
     assert msg.names() == ["term"]
     asyncio.run(sync_to_async(connections.close_all)())  # the ORM thread's, left open

@@ -119,6 +119,19 @@ def consume(
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
 
 
+def identified(find: Callable[[], str]) -> str | Verdict:
+    """A preset's message id, or the dead letter of a message without a readable one.
+
+    The id is the producer's: a message without one (or whose ``key=`` cannot read
+    it: a ``ValueError``, malformed JSON among them) is dead-lettered unrun, never
+    raised out of the consumer loop, so the messages behind it are handled.
+    """
+    try:
+        return find()
+    except ValueError as unreadable:
+        return _refuse("", "", str(unreadable))
+
+
 def _unstorable(scope: str, tenant: str, message_id: str) -> str | None:
     """Why the store cannot hold this id (the producer's choice), or ``None``."""
     if not isinstance(message_id, str):
@@ -318,6 +331,7 @@ __all__ = [
     "aconsume",
     "consume",
     "current_call",
+    "identified",
     "task_failed",
     "task_succeeded",
 ]

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from idempotency_django.consumers.core import consume
+from idempotency_django.consumers.core import consume, identified
 from idempotency_django.consumers.policy import ACK, DEAD_LETTER, RETRY, Verdict
 
 ID_HEADER = "message_id"
@@ -48,10 +48,14 @@ def handle(
     """Run ``handler(msg)`` once per message id (see :func:`.consume`), then settle it."""
     if dead_letter_topic is not None and producer is None:
         raise TypeError("dead_letter_topic needs producer= (a confluent_kafka.Producer).")
-    verdict = consume(message_id(msg, key), lambda: handler(msg), **options)
-    while verdict.action == RETRY:
-        sleep(verdict.delay)
-        verdict = consume(message_id(msg, key), lambda: handler(msg), **options)
+    found = identified(lambda: message_id(msg, key))
+    if isinstance(found, Verdict):
+        verdict = found
+    else:
+        verdict = consume(found, lambda: handler(msg), **options)
+        while verdict.action == RETRY:
+            sleep(verdict.delay)
+            verdict = consume(found, lambda: handler(msg), **options)
     settle(consumer, msg, verdict, producer=producer, dead_letter_topic=dead_letter_topic)
     return verdict
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from idempotency_django.consumers.core import aconsume
+from idempotency_django.consumers.core import aconsume, identified
 from idempotency_django.consumers.policy import DEAD_LETTER, RETRY, Verdict
 
 MSG_ID = "Nats-Msg-Id"
@@ -36,7 +36,12 @@ async def handle(
     **options: Any,
 ) -> Verdict:
     """Run ``handler(msg)`` once per message id (see :func:`.consume`), then settle ``msg``."""
-    verdict = await aconsume(message_id(msg, key), lambda: handler(msg), **options)
+    found = identified(lambda: message_id(msg, key))
+    verdict = (
+        found
+        if isinstance(found, Verdict)
+        else await aconsume(found, lambda: handler(msg), **options)
+    )
     await settle(msg, verdict, js=js, dead_letter_subject=dead_letter_subject)
     return verdict
 

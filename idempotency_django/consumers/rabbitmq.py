@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from idempotency_django.consumers.core import consume
+from idempotency_django.consumers.core import consume, identified
 from idempotency_django.consumers.policy import DEAD_LETTER, RETRY, Verdict
 
 #: Properties a retry sets itself; every other one the message had is kept. A
@@ -94,7 +94,10 @@ def handle(
     **options: Any,
 ) -> Verdict:
     """Run ``handler(message)`` once per message id (see :func:`.consume`), then settle it."""
-    verdict = consume(message_id(message, key), lambda: handler(message), **options)
+    found = identified(lambda: message_id(message, key))
+    verdict = (
+        found if isinstance(found, Verdict) else consume(found, lambda: handler(message), **options)
+    )
     settle(message, verdict, queues=queues, producer=producer)
     return verdict
 

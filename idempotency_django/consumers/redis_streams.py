@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from idempotency_django.consumers.core import consume
+from idempotency_django.consumers.core import consume, identified
 from idempotency_django.consumers.policy import ACK, DEAD_LETTER, Verdict
 
 Fields = Mapping[Any, Any]
@@ -43,7 +43,10 @@ def handle(
     **options: Any,
 ) -> Verdict:
     """Run ``handler(fields)`` once per message id (see :func:`.consume`), then settle it."""
-    verdict = consume(message_id(fields, key), lambda: handler(fields), **options)
+    found = identified(lambda: message_id(fields, key))
+    verdict = (
+        found if isinstance(found, Verdict) else consume(found, lambda: handler(fields), **options)
+    )
     settle(client, stream, group, entry_id, fields, verdict, dead_letter_stream)
     return verdict
 

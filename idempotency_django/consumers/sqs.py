@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from idempotency_django.consumers.core import consume
+from idempotency_django.consumers.core import consume, identified
 from idempotency_django.consumers.policy import ACK, DEAD_LETTER, Verdict
 
 ID_ATTRIBUTE = "message_id"
@@ -44,7 +44,10 @@ def handle(
     **options: Any,
 ) -> Verdict:
     """Run ``handler(message)`` once per message id (see :func:`.consume`), then settle it."""
-    verdict = consume(message_id(message, key), lambda: handler(message), **options)
+    found = identified(lambda: message_id(message, key))
+    verdict = (
+        found if isinstance(found, Verdict) else consume(found, lambda: handler(message), **options)
+    )
     settle(client, queue_url, message, verdict, dead_letter_queue_url=dead_letter_queue_url)
     return verdict
 
