@@ -180,10 +180,30 @@ def _run_on_form(
     return run_scenarios(transport, Options(executions=count, header=HEADER), only)
 
 
-def test_a_form_view_posted_with_its_key_field_keeps_the_contract(django_user_model: Any) -> None:
+def _visitor() -> Client:
+    """An anonymous visitor with a session of their own (the tag starts it when it renders)."""
+    from django.conf import settings
+    from django.contrib.sessions.backends.db import SessionStore
+
+    session = SessionStore()
+    session["_idempotency_visitor"] = True
+    session.save()
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = session.session_key or ""
+    return client
+
+
+@pytest.mark.parametrize("callers", ["users", "visitors"])
+def test_a_form_view_posted_with_its_key_field_keeps_the_contract(
+    callers: str, django_user_model: Any
+) -> None:
     # The form's duplicate waits for the first (FORM_WAIT): in-flight-409 answers once
-    # that bound is spent, the storm's duplicates get the first's answer.
-    first, second = (_logged_in(django_user_model, name) for name in ("form-a", "form-b"))
+    # that bound is spent, the storm's duplicates get the first's answer. Two logged-in
+    # users are two key spaces; so are two anonymous visitors, each their session's.
+    if callers == "users":
+        first, second = (_logged_in(django_user_model, name) for name in ("form-a", "form-b"))
+    else:
+        first, second = _visitor(), _visitor()
     results = _run_on_form(first, second, executions)
     assert [r.name for r in results] == list(NAMES)
     assert not _failures(results), _failures(results)
