@@ -265,6 +265,11 @@ def diagnose(answer: Answer, run: Run) -> str:
         return f" — no {run.options.id_field!r} field in the answer: name it with --id-field"
     if answer.status == 0:
         return " — the server did not answer"
+    if answer.status in (400, 500) and run.options.key_format != "uuid":
+        return (
+            " — if the server accepts only UUID keys (its key column a UUID), "
+            "send plain ones with --key-format uuid"
+        )
     return ""
 
 

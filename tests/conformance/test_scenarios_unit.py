@@ -297,3 +297,14 @@ def test_under_the_draft_a_bad_key_accepted_is_not_run_and_refused_otherwise_is_
     [result] = scenarios.run_scenarios(Scripted(crashes), opts, only=[name])
     assert result.verdict == PASS, result
     assert any("answered 500, not 400" in warning for warning in result.warnings)
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_prefixed_key_refused_suggests_plain_uuids(status: int) -> None:
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        return Answer(status, JSON, b'{"error": "bad key"}')
+
+    assert "--key-format uuid" in run("replay", script).evidence[-2]
+    opts = Options(key_format="uuid")
+    [result] = scenarios.run_scenarios(Scripted(script), opts, only=["replay"])
+    assert "--key-format" not in result.evidence[-2]
