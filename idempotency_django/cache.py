@@ -38,6 +38,7 @@ from typing import Any
 
 from django.core.cache import BaseCache, caches
 from django.core.signals import request_finished, request_started
+from django.db import DatabaseError
 
 from idempotency_django import signals
 from idempotency_django.seal import Sealed
@@ -68,7 +69,10 @@ def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, Sealed] 
     """``(fingerprint, sealed answer)`` for a cached final answer, or ``None``."""
     if _paused(alias):
         return None
-    name = cache_key(database, tenant, key)
+    try:
+        name = cache_key(database, tenant, key)
+    except DatabaseError:
+        return None  # the identity's first read: the claim meets (and answers) that error
     try:
         value = _store(alias).get(name)
     except Exception:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.core.signals import request_finished, request_started
+from django.db import OperationalError
 from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
@@ -148,3 +149,16 @@ def test_a_held_write_never_outlives_the_lifetime_it_was_given(
     request_finished.send(sender=None)
     monkeypatch.undo()
     assert cache.get("local", "default", "", "k") is None
+
+
+def test_a_database_error_reading_the_identity_is_a_miss_not_a_paused_cache(
+    local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first request of a process meeting a database outage: the claim answers it."""
+
+    def away(using: str) -> bytes:
+        raise OperationalError("the database is away")
+
+    monkeypatch.setattr(cache, "database_identity", away)
+    assert cache.get("local", "default", "", "k") is None
+    assert not cache._paused("local")
