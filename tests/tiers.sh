@@ -38,11 +38,11 @@ lane() {  # lane NAME TIER...: the tiers one after the other, whichever failed b
     for tier in "$@"; do run_tier "$name" "$tier"; done
 }
 
-# Lane B's own PostgreSQL database (tests/services/up.sh creates it), Redis numbers and
-# Celery broker; its MariaDB and PgBouncer are its own already (lane A uses neither).
+# Lane B's own PostgreSQL database (tests/services/up.sh creates it), replay cache and
+# worker tests' broker; its MariaDB and PgBouncer are its own already (lane A uses neither).
+# Not CELERY_BROKER_URL: Celery reads that variable itself, over every app's own broker.
 lane_b() {
     PG_URL="${PG_URL}_b" REDIS_URL=redis://127.0.0.1:6379/13 \
-        CELERY_BROKER_URL=redis://127.0.0.1:6379/12 \
         IDEMPOTENCY_TEST_CELERY_URL=redis://127.0.0.1:6379/10 \
         lane B "${LANE_B[@]}"
 }
