@@ -115,7 +115,7 @@ def protection(request: HttpRequest, view: Callable[..., Any]) -> Call | None:
     """What the middleware calls instead of ``view``, or ``None`` to leave it alone."""
     if (request.method or "").upper() in SAFE_METHODS or not request.method:
         return None
-    if getattr(view, EXEMPT, False) or _protects_itself(view):
+    if _exempt(view) or _protects_itself(view):
         return None
     drf_class = _drf_class(view)
     if drf_class is not None:
@@ -169,6 +169,12 @@ async def _awaited(awaitable: Awaitable[HttpResponse]) -> HttpResponse:
     return await awaitable
 
 
+def _exempt(view: Callable[..., Any]) -> bool:
+    """Marked ``@idempotency_exempt``: the view, or the class its ``as_view()`` came from."""
+    classes = (getattr(view, "view_class", None), getattr(view, "cls", None))
+    return getattr(view, EXEMPT, False) or any(getattr(c, EXEMPT, False) for c in classes)
+
+
 def _protects_itself(view: object) -> bool:
     # @idempotent and the mixins' as_view() mark their view with the entries' database.
     return isinstance(getattr(view, "_non_atomic_requests", None), EntriesDatabase)
@@ -193,7 +199,7 @@ def _drf_class(view: Callable[..., Any]) -> type | None:
 def _drf_protection(request: HttpRequest, view: Call, cls: type) -> Call | None:
     from idempotency_django.rest_framework import IdempotentMixin
 
-    if issubclass(cls, IdempotentMixin) or getattr(cls, EXEMPT, False):
+    if issubclass(cls, IdempotentMixin):
         return None
     if _drf_handler_protects_itself(request, view, cls) or not carries_header(request):
         return None

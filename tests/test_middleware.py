@@ -353,12 +353,16 @@ def test_a_drf_or_ninja_view_protecting_itself_is_claimed_once_under_the_middlew
 @SWITCH
 @pytest.mark.parametrize(
     ("path", "caller"),
-    [("/switch/exempt-viewset/", "token"), ("/switch/ninja/exempt/charges", "api-key")],
+    [
+        ("/switch/exempt-class/", "session"),
+        ("/switch/exempt-viewset/", "token"),
+        ("/switch/ninja/exempt/charges", "api-key"),
+    ],
 )
-def test_an_exempt_drf_viewset_or_ninja_operation_is_never_protected_by_the_middleware(
+def test_an_exempt_view_class_viewset_or_ninja_operation_is_never_protected_by_the_middleware(
     client: Client, tokens: tuple[str, str], path: str, caller: str
 ) -> None:
-    headers = _token(tokens[0]) if caller == "token" else _api_key("alice")
+    headers = {"token": _token(tokens[0]), "api-key": _api_key("alice")}.get(caller, {})
     key = str(uuid.uuid4())
     answers = [_post(client, path, key, headers) for _ in range(2)]
     assert [answer.status_code for answer in answers] == [201, 201]

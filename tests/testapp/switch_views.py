@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, include, path
+from django.views import View
 from django.views.generic import FormView
 from ninja import NinjaAPI, Schema, Status
 from ninja.security import APIKeyHeader
@@ -75,6 +76,14 @@ async def async_charge(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": "send an amount"}, status=400)
     created = await Charge.objects.acreate(reference="switch-async", amount=amount)
     return _created(created)
+
+
+@idempotency_exempt
+class ExemptChargeView(View):
+    """A Django class-based view out of the middleware's protection, marked on its class."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return charge(request)
 
 
 class ChargeForm(forms.Form):
@@ -228,6 +237,7 @@ def ninja_exempt(request: HttpRequest, payload: ChargeIn) -> Status[Charge]:
 urlpatterns: list[URLPattern | URLResolver] = [
     path("switch/function/", charge),
     path("switch/async/", async_charge),
+    path("switch/exempt-class/", ExemptChargeView.as_view()),
     path("switch/form/", FormCharge.as_view()),
     path("switch/drf/", DrfCharge.as_view()),
     path("switch/drf-function/", drf_function),
