@@ -115,7 +115,7 @@ tox-corners: install
 # Past one database (docs/contributing.rst): shards and a replica (SQLite, PostgreSQL, then
 # MariaDB without the matrix, which has no MariaDB chooser combination), then the race,
 # crash and wait tests through PgBouncer (transaction mode) and Django's pool.
-.PHONY: test-multidb test-poolers conformance-full
+.PHONY: test-multidb test-poolers conformance-full conformance-peers
 test-multidb: install
 	IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
 	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest --ds tests.multidb.settings tests/multidb $(MATRIX_TESTS)
@@ -147,3 +147,8 @@ conformance-full: install
 	tests/services/pgbouncer.sh start
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=pgbouncer $(CONFORMANCE_FULL) --ds tests.pooled.settings; status=$$?; tests/services/pgbouncer.sh stop; exit $$status
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=psycopg $(CONFORMANCE_FULL) --ds tests.pooled.settings
+
+# The runner against the Django idempotency packages on PyPI, each in its own virtualenv and
+# served by gunicorn (downloads from PyPI: not in CI); docs/verify.rst publishes the table.
+conformance-peers: install
+	tests/conformance/peers/run.sh

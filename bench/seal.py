@@ -96,6 +96,10 @@ def main() -> None:
 
     # An explicit key: the cost measured is the cipher's, not the secret's first read.
     settings.IDEMPOTENCY_ENCRYPTION_KEYS = [seal.new_key()]
+    # The identity a server holds after its first read: no database is set up here.
+    from idempotency_django import secret
+
+    secret._cache[secret._IDENTITY + "default"] = os.urandom(16)
     cases = seal_cases()
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
