@@ -201,7 +201,7 @@ def test_an_empty_key_header_is_refused_by_the_middleware_as_idempotent_would(
 # --- views protected by nothing but the middleware (tests/testapp/switch_views.py) ----------------
 
 SWITCH = pytest.mark.urls("tests.testapp.switch_views")
-DRF_PATHS = ["/switch/drf/", "/switch/viewset/", "/switch/drf-function/"]
+DRF_PATHS = ["/switch/drf/", "/switch/viewset/", "/switch/drf-function/", "/switch/adrf/"]
 NINJA_PATHS = ["/switch/ninja/charges", "/switch/ninja/async/charges"]
 
 

@@ -6,8 +6,8 @@ In process (Django's test client, real threads), on whichever database the run h
   form-encoded, the key in its ``idempotency_key`` field, never in a header
   (:class:`FormTransport` turns each scenario's JSON body and key header into that);
 - a plain function view, an ``async`` one, DRF views with token authentication (an
-  ``APIView`` and a viewset's action) and Ninja operations (sync and async, API key
-  authentication), none protected but by ``IdempotencyMiddleware``; two callers, each
+  ``APIView``, a viewset's action, an adrf ``async`` handler) and Ninja operations (sync
+  and async, API key authentication), none protected but by ``IdempotencyMiddleware``; two callers, each
   with credentials of their own, never share an answer (the ``other-caller`` scenario).
 
 The switch protects the requests that carry a key and lets the others through, so the
@@ -52,6 +52,7 @@ SWITCHED = {
     "async-function": ("/switch/async/", "session"),
     "drf-token": ("/switch/drf/", "token"),
     "drf-viewset-token": ("/switch/viewset/", "token"),
+    "adrf-token": ("/switch/adrf/", "token"),
     "ninja-api-key": ("/switch/ninja/charges", "api-key"),
     "ninja-async-api-key": ("/switch/ninja/async/charges", "api-key"),
 }

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from adrf.views import APIView as AsyncAPIView
 from asgiref.sync import sync_to_async
 from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -163,6 +164,21 @@ def drf_function(request: Request) -> Response:
     return _drf_create(request)
 
 
+class AdrfCharge(AsyncAPIView):  # type: ignore[misc]
+    """adrf: an ``async def`` handler, only the middleware protects it."""
+
+    authentication_classes = (TokenAuthentication,)
+    permission_classes = (IsAuthenticated,)
+
+    @conformance_hooks
+    async def post(self, request: Request) -> Response:
+        amount = request.data.get("amount") if isinstance(request.data, dict) else None
+        if not isinstance(amount, int):
+            return Response({"error": "send an amount"}, status=400)
+        created = await Charge.objects.acreate(reference="switch-adrf", amount=amount)
+        return Response({"id": created.pk, "amount": amount}, status=201)
+
+
 class SelfProtectedDrfCharge(IdempotentMixin, DrfCharge):
     """Protects itself: the middleware leaves it to the mixin (one claim, not two)."""
 
@@ -241,6 +257,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("switch/form/", FormCharge.as_view()),
     path("switch/drf/", DrfCharge.as_view()),
     path("switch/drf-function/", drf_function),
+    path("switch/adrf/", AdrfCharge.as_view()),
     path("switch/drf-protected/", SelfProtectedDrfCharge.as_view()),
     path("switch/", include(router.urls)),
     path("switch/ninja/", api.urls),
