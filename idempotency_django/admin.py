@@ -287,3 +287,6 @@ def protect_admin(site: admin.AdminSite | None = None) -> None:
                 cls.__name__, (IdempotentAdminMixin, cls), {"__module__": cls.__module__}
             )
             model_admin.__class__ = protected
+
+
+__all__ = ["IdempotentAdminMixin", "protect_admin"]

@@ -200,4 +200,4 @@ def _ttl(value: float | timedelta | None) -> timedelta:
     return conf.TTL if value is None else as_timedelta(value)  # bounded by check_options()
 
 
-__all__ = ["IdempotentCall", "idempotent_call", "idempotent_function", "namespaced"]
+__all__ = ["IdempotentCall", "idempotent_call", "idempotent_function"]

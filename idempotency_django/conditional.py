@@ -169,12 +169,4 @@ def apply_once(
     return changed > 0
 
 
-__all__ = [
-    "apply_once",
-    "check_if_match",
-    "etag",
-    "if_match",
-    "if_match_list",
-    "precondition_error",
-    "version_of",
-]
+__all__ = ["apply_once", "check_if_match", "etag", "if_match", "version_of"]

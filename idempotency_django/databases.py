@@ -355,14 +355,4 @@ def _name(chosen: Chooser) -> str:
     return f"{getattr(chosen, '__module__', '?')}.{getattr(chosen, '__qualname__', chosen)}"
 
 
-__all__ = [
-    "UncoveredWrite",
-    "chosen_or_every",
-    "default_alias",
-    "entries_alias",
-    "entries_aliases",
-    "holding_aliases",
-    "possible_aliases",
-    "uncovered",
-    "watching",
-]
+__all__ = ["UncoveredWrite", "uncovered"]

@@ -168,3 +168,30 @@ class NestedRefusal(RuntimeError):
     def __reduce__(self) -> tuple[type[NestedRefusal], tuple[IdempotencyError]]:
         # Picklable as itself: a task's result backend stores its failures.
         return (type(self), (self.error,))
+
+
+class IdempotencyDeprecationWarning(DeprecationWarning):
+    """A public name or setting used here is deprecated and will be removed (docs/deprecation.rst).
+
+    A subclass so that a project can turn exactly these into errors in its test suite:
+    ``python -W error::idempotency_django.exceptions.IdempotencyDeprecationWarning``.
+    """
+
+
+__all__ = [
+    "PROBLEM_BASE",
+    "AnswerTooLarge",
+    "AnswerUnreadable",
+    "IdempotencyDeprecationWarning",
+    "IdempotencyError",
+    "KeyMalformed",
+    "KeyMissing",
+    "KeyReused",
+    "KeyUnknown",
+    "NestedRefusal",
+    "NotAuthenticated",
+    "PreconditionFailed",
+    "PreconditionRequired",
+    "RequestInProgress",
+    "StoreUnavailable",
+]

@@ -121,3 +121,6 @@ def form_policy(request: HttpRequest, policy: Policy, options: Options) -> Polic
     if policy.tenant is user_pk:
         changes["tenant"] = visitor
     return replace(policy, **changes) if changes else policy
+
+
+__all__ = ["FORM_WAIT", "IdempotencyKeyField"]

@@ -201,15 +201,4 @@ def lookup(key: str, *, tenant: str, using: str | None = None) -> KeyStatus | No
     return KeyStatus(key, entry.status, entry.created_at, entry.expires_at, entry.response_status)
 
 
-__all__ = [
-    "Found",
-    "KeyStatus",
-    "body_summary",
-    "find",
-    "lock_held",
-    "lookup",
-    "opened",
-    "protocol",
-    "release",
-    "stored_keys",
-]
+__all__ = ["KeyStatus", "lookup"]

@@ -297,3 +297,6 @@ def _ninja_run(operation: Operation) -> Call:
     # The protected function renders its result through the operation it finds on the request.
     run: Call = adapter._remembering(twin.run, twin)
     return run
+
+
+__all__ = ["IdempotencyMiddleware", "idempotency_exempt"]

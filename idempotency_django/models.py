@@ -58,6 +58,11 @@ class IdempotencyEntry(models.Model):
     def is_final(self) -> bool:
         return self.status != self.Status.IN_PROGRESS
 
+    @property
+    def readable_key(self) -> str:
+        """The key as people read it: ``[scope] key`` for a call's, task's or consumer's key."""
+        return readable(self.key)
+
 
 class IdempotencySecret(models.Model):
     """The server secret when ``IDEMPOTENCY_SECRET`` is unset: one row, never changed."""
@@ -89,3 +94,6 @@ class IdempotencyDatabase(models.Model):
 
     def __str__(self) -> str:
         return "idempotency database identity"
+
+
+__all__ = ["IdempotencyEntry"]

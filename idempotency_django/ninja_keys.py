@@ -43,3 +43,6 @@ def key_router(*, auth: Any = NOT_SET) -> Router:
         return status_response(found)
 
     return router
+
+
+__all__ = ["key_router"]

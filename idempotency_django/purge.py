@@ -253,4 +253,4 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
         yield items[start : start + size]
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PurgeResult", "PurgeStep", "purge", "register_step", "release"]
+__all__ = ["PurgeResult", "purge", "register_step"]

@@ -65,3 +65,6 @@ class KeyStatusView(APIView):
         self, request: Request, response: Response, *args: Any, **kwargs: Any
     ) -> Response:
         return private(super().finalize_response(request, response, *args, **kwargs))
+
+
+__all__ = ["KeyStatusView"]

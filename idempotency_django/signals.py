@@ -248,3 +248,16 @@ def uncertain(how: str, database: str, count: int = 1, key_digest: str | None = 
         database=database,
         key_digest=key_digest,
     )
+
+
+__all__ = [
+    "cache_failed",
+    "dead_lettered",
+    "entry_reclaimed",
+    "outbox_failed",
+    "outbox_published",
+    "outcome",
+    "outcome_uncertain",
+    "purge_finished",
+    "uncovered_write",
+]

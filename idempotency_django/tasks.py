@@ -24,3 +24,6 @@ def purge_idempotency(
         counts = purge.purge(using=alias, batch_size=batch_size, dry_run=dry_run).as_dict()
         totals = {name: totals[name] + counts[name] for name in totals}
     return totals
+
+
+__all__ = ["purge_idempotency"]

@@ -15,3 +15,6 @@ def user_pk(request: HttpRequest) -> str:
     if user is None or not user.is_authenticated:
         return ""
     return str(user.pk)
+
+
+__all__ = ["user_pk"]

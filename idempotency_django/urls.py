@@ -15,3 +15,6 @@ urlpatterns = [
     # <path:…>: a key may hold any visible ASCII, "/" included.
     path("keys/<path:key>/", key_status, name="key-status"),
 ]
+
+
+__all__ = ["app_name", "urlpatterns"]

@@ -172,3 +172,6 @@ class IdempotentFormMixin:
             return parent.form_valid(form)  # type: ignore[no-any-return]
         request: HttpRequest = getattr(self, "request")  # noqa: B009  (set by View.setup)
         return handle(request, self.get_idempotency_options(), lambda: parent.form_valid(form))
+
+
+__all__ = ["IdempotentFormMixin"]

@@ -35,3 +35,6 @@ def handle(task: Any, message_id: str, handler: Callable[[], Any], **options: An
     if verdict.action == RETRY:
         raise task.retry(countdown=verdict.delay, exc=verdict.error, max_retries=None)
     raise Reject(repr(verdict.error), requeue=False)
+
+
+__all__ = ["handle"]

@@ -94,3 +94,6 @@ def settle(
         consumer.commit(message=msg, asynchronous=False)
     else:
         raise ValueError(f"A Kafka message is settled once acked or dead-lettered: {verdict}")
+
+
+__all__ = ["ID_HEADER", "handle", "message_id", "settle"]

@@ -73,3 +73,6 @@ async def settle(
         await msg.term()
     else:
         await msg.ack()
+
+
+__all__ = ["MSG_ID", "handle", "message_id", "settle"]

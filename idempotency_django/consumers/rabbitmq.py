@@ -135,3 +135,6 @@ def settle(message: Any, verdict: Verdict, *, queues: Queues, producer: Any) -> 
         message.reject(requeue=False)  # to name.dead, through the queue's dead-letter exchange
     else:
         message.ack()
+
+
+__all__ = ["Queues", "declare", "handle", "message_id", "queues", "settle"]

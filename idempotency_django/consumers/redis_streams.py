@@ -102,3 +102,6 @@ def next_entries(
         return stale
     fresh = client.xreadgroup(group, consumer, {stream: ">"}, count=count, block=int(block * 1000))
     return [entry for _, entries in fresh or [] for entry in entries]
+
+
+__all__ = ["ID_FIELD", "handle", "message_id", "next_entries", "settle"]

@@ -82,3 +82,6 @@ def settle(
         client.change_message_visibility(
             QueueUrl=queue_url, ReceiptHandle=receipt, VisibilityTimeout=hidden
         )
+
+
+__all__ = ["ID_ATTRIBUTE", "handle", "message_id", "settle"]

@@ -20,3 +20,6 @@ def relay_outbox(
         counts = delivery.relay(using=alias, batch_size=batch_size)
         totals = {name: totals[name] + counts[name] for name in totals}
     return totals
+
+
+__all__ = ["relay_outbox"]

@@ -41,3 +41,6 @@ def registry() -> CollectorRegistry:
             merged.register(collector)
         return merged
     return REGISTRY
+
+
+__all__ = ["metrics"]
