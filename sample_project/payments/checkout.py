@@ -18,14 +18,14 @@ import time
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.module_loading import import_string
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idempotency_django import IdempotentRequest, idempotent
-from idempotency_django.conf import conf
-from idempotency_django.secret import derive_key
+from idempotency_django import IdempotencyContext, IdempotentRequest, idempotent
 from sample_project.payments.models import Charge
 
 MAX_DELAY = 5.0  # seconds: the slowest the demo lets a payment be
@@ -94,7 +94,11 @@ def order_status(request: HttpRequest, order: str) -> HttpResponse:
 
 def _provider_key(request: HttpRequest, key: str) -> str:
     """What ``request.idempotency.derive("provider")`` gave the payment sent with ``key``."""
-    return derive_key(conf.TENANT_RESOLVER(request), key, "provider")
+    resolver = getattr(
+        settings, "IDEMPOTENCY_TENANT_RESOLVER", "idempotency_django.tenants.user_pk"
+    )
+    tenant = import_string(resolver)(request)
+    return IdempotencyContext(key=key, tenant=tenant).derive("provider")
 
 
 # wait=: a second submission arriving while the first still runs waits for its answer
