@@ -200,4 +200,5 @@ def _ttl(value: float | timedelta | None) -> timedelta:
     return conf.TTL if value is None else as_timedelta(value)  # bounded by check_options()
 
 
-__all__ = ["IdempotentCall", "idempotent_call", "idempotent_function"]
+# idempotent_call and idempotent_function are public from the package itself.
+__all__ = ["IdempotentCall"]

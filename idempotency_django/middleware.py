@@ -299,4 +299,5 @@ def _ninja_run(operation: Operation) -> Call:
     return run
 
 
-__all__ = ["IdempotencyMiddleware", "idempotency_exempt"]
+# idempotency_exempt is public from the package itself (SPEC: from idempotency_django import ...).
+__all__ = ["IdempotencyMiddleware"]
