@@ -16,10 +16,26 @@ from typing import TYPE_CHECKING, Any
 from idempotency_django.outbox.api import OutboxError, enqueue
 
 if TYPE_CHECKING:
-    from idempotency_django.outbox.delivery import OutboxStats, purge_sent, relay, stats
+    from idempotency_django.outbox.delivery import (
+        OutboxStats,
+        discard,
+        purge_sent,
+        relay,
+        send_again,
+        stats,
+    )
 
-__all__ = ["OutboxError", "OutboxStats", "enqueue", "purge_sent", "relay", "stats"]
-_DELIVERY = frozenset({"OutboxStats", "purge_sent", "relay", "stats"})
+__all__ = [
+    "OutboxError",
+    "OutboxStats",
+    "discard",
+    "enqueue",
+    "purge_sent",
+    "relay",
+    "send_again",
+    "stats",
+]
+_DELIVERY = frozenset({"OutboxStats", "discard", "purge_sent", "relay", "send_again", "stats"})
 
 
 def __getattr__(name: str) -> Any:
