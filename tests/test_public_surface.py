@@ -268,3 +268,22 @@ def test_an_entry_s_readable_key_shows_a_call_s_scope_apart_from_its_key() -> No
         == "[stripe-webhook] evt_1"
     )
     assert IdempotencyEntry(key="k-1").readable_key == "k-1"
+
+
+def _is_public_reference(target: str) -> bool:
+    """A public name, or an attribute of one (``IdempotentMixin.get_idempotency_key``)."""
+    return _is_public_path(target) or any(
+        target.startswith(f"{module}.") and target[len(module) + 1 :].split(".")[0] in names
+        for module, names in PUBLIC.items()
+    )
+
+
+def test_the_docs_cross_references_name_only_public_objects() -> None:
+    role = re.compile(rf":(?:py:)?(?:func|class|exc|data|mod|attr|meth|obj):`~?({PACKAGE}[\w.]*)`")
+    internal = sorted(
+        f"{page.name}: {target}"
+        for page in (ROOT / "docs").glob("*.rst")
+        for target in role.findall(page.read_text(encoding="utf-8"))
+        if not _is_public_reference(target)
+    )
+    assert not internal, "the docs link to internal names:\n" + "\n".join(internal)
