@@ -27,6 +27,9 @@ from django.urls import reverse
 from idempotency_django.calls import namespaced
 from idempotency_django.models import IdempotencyEntry
 
+# The import paths are what a Python or Django version can break.
+pytestmark = pytest.mark.versions
+
 ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "docs" / "api.rst"
 PACKAGE = "idempotency_django"
