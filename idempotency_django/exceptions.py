@@ -173,8 +173,9 @@ class NestedRefusal(RuntimeError):
 class IdempotencyDeprecationWarning(DeprecationWarning):
     """A public name or setting used here is deprecated and will be removed (docs/deprecation.rst).
 
-    A subclass so that a project can turn exactly these into errors in its test suite:
-    ``python -W error::idempotency_django.exceptions.IdempotencyDeprecationWarning``.
+    A subclass so that a project can turn exactly these into errors in its test suite
+    (``warnings.simplefilter("error", IdempotencyDeprecationWarning)``, or pytest's
+    ``filterwarnings``).
     """
 
 
