@@ -36,6 +36,7 @@ else:
 Status = IdempotencyEntry.Status
 BODY_PERMISSION = "view_idempotency_body"
 KEY_SHOWN = 37  # characters of a key in the changelist; a UUID's 36 fit
+TENANT_SHOWN = 20  # a user id whole; a visitor's session digest cut (whole in the tooltip)
 
 
 class ExpiredFilter(admin.SimpleListFilter):
@@ -85,7 +86,7 @@ class IdempotencyEntryAdmin(EntryAdminBase):
         "readable_key",
         "status",
         "answer",
-        "tenant",
+        "tenant_shown",
         "created",
         "expires",
         "expired",
@@ -145,6 +146,15 @@ class IdempotencyEntryAdmin(EntryAdminBase):
         if len(key) <= KEY_SHOWN:
             return key
         return format_html('<span title="{}">{}…</span>', key, key[: KEY_SHOWN - 1])
+
+    @admin.display(description="tenant", ordering="tenant")
+    def tenant_shown(self, entry: IdempotencyEntry) -> str:
+        """Cut like the key: a visitor's tenant (``session:`` and a digest) is 72 characters."""
+        if len(entry.tenant) <= TENANT_SHOWN:
+            return entry.tenant
+        return format_html(
+            '<span title="{}">{}…</span>', entry.tenant, entry.tenant[: TENANT_SHOWN - 1]
+        )
 
     @admin.display(description="answer", ordering="response_status")
     def answer(self, entry: IdempotencyEntry) -> int | None:
