@@ -63,6 +63,7 @@ class Worker:
     app: Celery
     traces: Path
     log: Path
+    queue: str
 
     def lines(self, name: str) -> list[str]:
         path = self.traces / name
@@ -107,13 +108,16 @@ def start_worker(
     pool: str = "prefork",
     visibility_timeout: float | None = None,
     database: str | None = None,
+    joining: Worker | None = None,
 ) -> Iterator[Worker]:
     """A real worker on the test database (or ``database``, a URL to reach it by); killed
-    (its children too) whatever happens."""
+    (its children too) whatever happens. ``joining`` another, it consumes that one's queue
+    and writes to its traces (two workers racing for one queue's messages)."""
     url = broker_url(broker)
-    queue = f"idem_tasks_{uuid.uuid4().hex[:8]}"  # a fresh queue: no message of a killed run
+    # A fresh queue: no message of a killed run.
+    queue = joining.queue if joining else f"idem_tasks_{uuid.uuid4().hex[:8]}"
     app = celery_app.make_app(url, celery_app.BACKEND_URL, queue, visibility_timeout)
-    traces = directory / "traces"
+    traces = joining.traces if joining else directory / "traces"
     traces.mkdir(exist_ok=True)
     env = {
         **os.environ,
@@ -132,15 +136,15 @@ def start_worker(
         *("-Q", queue, "--loglevel=INFO"),
         # A node name of its own: two suites at once (tox envs in parallel) on one
         # RabbitMQ would otherwise share celery@host's exclusive pidbox queue.
-        *("-n", f"{queue}@%h"),
+        *("-n", f"{queue}{'-joined' if joining else ''}@%h"),
     ]
-    log = directory / "worker.log"
+    log = directory / ("joined.log" if joining else "worker.log")
     with log.open("wb") as out:
         process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            yield Worker(process, app, traces, log)
+            yield Worker(process, app, traces, log, queue)
         finally:
             _stop(process)
             _delete_queue(app, queue)

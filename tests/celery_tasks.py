@@ -8,6 +8,8 @@ id, state) and ``runs`` (one line per body run: the reference).
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 import os
 import time
 import uuid
@@ -20,6 +22,7 @@ from celery.signals import task_postrun, task_prerun
 
 from idempotency_django.calls import idempotent_function
 from idempotency_django.celery import idempotent_task
+from idempotency_django.consumers import GiveUp
 
 PATIENCE = 90.0
 
@@ -156,3 +159,54 @@ def outer_drop(reference: str) -> str:
     """A "drop" task whose body calls ``inner_call``: an inner refusal must fail it, not drop it."""
     _write(f"outer:{reference}", 1)
     return inner_call(reference)
+
+
+# The consumers' Celery preset under a real worker (tests/test_consumer_contract_celery.py):
+# tests/consumer_harness.py's handler and trace, the verdicts traced as its consumers do.
+
+#: Past Celery's own default ``max_retries`` (3): the policy, not Celery, bounds the tries.
+CONSUMER_POLICY = GiveUp(max_attempts=5, backoff=0.05, backoff_cap=0.2, unavailable_delay=0.2)
+
+
+@shared_task(bind=True, name="tests.consume_event", acks_late=True, reject_on_worker_lost=True)
+def consume_event(self: Task[Any, Any], event: dict[str, Any]) -> Any:
+    """One event through ``consumers.celery.handle``: ``delivered ID`` first, then the
+    handler's steps (``ran``, ``committed``) and the verdict (``ack``, ``retry``,
+    ``dead_letter``). Task options as the preset's docs say; ``max_retries`` Celery's own."""
+    from celery.exceptions import Reject, Retry
+
+    from idempotency_django.consumers import celery as preset
+    from tests import consumer_harness as harness
+
+    event_id = str(event["id"])
+    harness.trace("delivered", event_id)
+    try:
+        result = preset.handle(
+            self, event_id, functools.partial(_consumed, event), policy=CONSUMER_POLICY
+        )
+    except Retry:
+        harness.trace("retry", event_id)
+        raise
+    except Reject:
+        harness.trace("dead_letter", event_id)
+        raise
+    harness.trace("ack", event_id)
+    return result
+
+
+def _consumed(event: dict[str, Any]) -> Any:
+    """The harness's handler; ``hold`` keeps its first run inside the claim's transaction
+    (its row written, uncommitted): "until_killed" until the test SIGKILLs the process
+    (``pid-ID`` tells it which), "until_raced" until the event's other delivery started."""
+    from tests import consumer_harness as harness
+
+    result = harness.charge(json.dumps(event).encode())
+    event_id = str(event["id"])
+    if event.get("hold") == "until_killed" and not _marker(f"killed-{event_id}").exists():
+        _marker(f"pid-{event_id}").write_text(str(os.getpid()))
+        _wait(lambda: False, "the SIGKILL")
+    elif event.get("hold") == "until_raced":
+        traces = _traces()
+        assert traces is not None
+        _wait(lambda: harness.steps(traces, "delivered", event_id) >= 2, "the other delivery")
+    return result

@@ -18,11 +18,17 @@ requeued, routed to the queue's dead-letter exchange where the broker has one
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from idempotency_django.consumers.core import consume
 from idempotency_django.consumers.policy import ACK, RETRY
+
+#: ``retry(max_retries=None)`` means the task's own ``max_retries`` (3 by default) to
+#: Celery, which then raises the error past it: the message failed, acked, never a dead
+#: letter (and a store outage lost). No bound of Celery's: the give-up policy is the bound.
+_UNBOUNDED: Final = sys.maxsize
 
 
 def handle(task: Any, message_id: str, handler: Callable[[], Any], **options: Any) -> Any:
@@ -33,7 +39,7 @@ def handle(task: Any, message_id: str, handler: Callable[[], Any], **options: An
     if verdict.action == ACK:
         return verdict.result
     if verdict.action == RETRY:
-        raise task.retry(countdown=verdict.delay, exc=verdict.error, max_retries=None)
+        raise task.retry(countdown=verdict.delay, exc=verdict.error, max_retries=_UNBOUNDED)
     raise Reject(repr(verdict.error), requeue=False)
 
 
