@@ -16,7 +16,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.conftest import Sample
 
-pytestmark = pytest.mark.browser
+# The sample runs on the pass's database ("lock" on PostgreSQL): each pass proves it.
+pytestmark = [pytest.mark.browser, pytest.mark.every_database]
 
 Screenshot = Callable[[str], Path]
 

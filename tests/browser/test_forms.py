@@ -17,7 +17,8 @@ from tests.browser.conftest import Sample
 from tests.browser.test_checkout import Screenshot, server_charges
 from tests.browser.test_demo_pages import log_in_as_demo
 
-pytestmark = pytest.mark.browser
+# The sample runs on the pass's database ("lock" on PostgreSQL): each pass proves it.
+pytestmark = [pytest.mark.browser, pytest.mark.every_database]
 
 
 def pay_by_form(browser: webdriver.Chrome, sample: Sample) -> str:
