@@ -10,6 +10,7 @@ carries a new one.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from dataclasses import replace
 from typing import Any
 
@@ -28,8 +29,9 @@ FIELD_NAME = "idempotency_key"
 # answer before a 409, unless the view sets wait= itself: a person should see the same
 # redirect, not an error page. Long enough for a slow view, short enough for a browser.
 FORM_WAIT = 5.0
-# Started in an anonymous visitor's session by the tag, so that the session (and with it
-# the visitor's key space) exists before the form is posted.
+# An anonymous visitor's id, drawn once into their session by the tag: their key space. Not
+# the session key, which changes under the visitor's feet (cycle_key(), and every write of a
+# signed-cookie session): the back button would then re-send a key into a new key space.
 SESSION_MARK = "_idempotency_visitor"
 
 
@@ -65,19 +67,23 @@ class IdempotencyKeyField(forms.CharField):
 
 
 def start_visitor_session(request: HttpRequest | None) -> None:
-    """Give an anonymous visitor a session before they post the form (their key space)."""
+    """Give an anonymous visitor a session, and an id in it, before they post the form."""
     session = getattr(request, "session", None)
     user = getattr(request, "user", None)
     if session is None or (user is not None and user.is_authenticated):
         return
-    if session.session_key is None and SESSION_MARK not in session:
-        session[SESSION_MARK] = True  # an empty session is never saved, nor its cookie set
+    if not isinstance(session.get(SESSION_MARK), str):
+        # An empty session is never saved, nor its cookie set: the id starts it.
+        session[SESSION_MARK] = secrets.token_urlsafe(32)
 
 
 def visitor(request: HttpRequest) -> str:
-    """A form post's tenant: the user's pk, else the anonymous visitor's session.
+    """A form post's tenant: the user's pk, else the anonymous visitor's id.
 
-    The session key is a credential: only its digest is stored. Without a session
+    The id is drawn into the visitor's session by ``{% idempotency_key_field %}``
+    (``IdempotencyKeyField`` renders none: then the first post of a visitor who has
+    a session draws it). Never the session key, which a ``cycle_key()`` or a
+    signed-cookie session's write changes. A credential: only its digest is stored. Without a session
     (``idempotency_django.W090`` warns when the app has none) anonymous visitors
     share one key space, as they do for ``tenants.user_pk``.
     """
@@ -85,10 +91,16 @@ def visitor(request: HttpRequest) -> str:
     if owner:
         return owner
     session = getattr(request, "session", None)
-    session_key = session.session_key if session is not None else None
-    if not session_key:
+    if session is None:
         return ""
-    return "session:" + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+    visitor_id = session.get(SESSION_MARK)
+    if not isinstance(visitor_id, str):
+        if not session.session_key:
+            return ""
+        # A session the tag did not start (IdempotencyKeyField's form): its id drawn now,
+        # so that this post's own session writes can't move its retry elsewhere.
+        visitor_id = session[SESSION_MARK] = secrets.token_urlsafe(32)
+    return "session:" + hashlib.sha256(visitor_id.encode()).hexdigest()[:40]
 
 
 def is_form_post(request: HttpRequest, policy: Policy) -> bool:

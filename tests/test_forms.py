@@ -259,6 +259,44 @@ def test_an_anonymous_visitors_form_keys_live_in_their_session(client: Client) -
     assert session_key not in entry.tenant  # a credential: only its digest is stored
 
 
+SESSION_ENGINES = [
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.signed_cookies",
+]
+
+
+@pytest.mark.parametrize("engine", SESSION_ENGINES)
+@pytest.mark.parametrize("path", ["/forms/guest/", "/forms/guest-cycling/"])
+def test_a_guests_back_button_resubmission_runs_once_though_the_view_changed_the_session(
+    settings: Any, client: Client, engine: str, path: str
+) -> None:
+    # Signed-cookie sessions change their key on every write; cycle_key() changes any
+    # backend's: the visitor's key space must outlive both.
+    settings.SESSION_ENGINE = engine
+    key = rendered_key(client, "/forms/charge/")  # the tag starts the visitor's session
+    first = submit(client, path, key)
+    again = submit(client, path, key)  # the back button, the same form sent again
+    assert first.status_code == again.status_code == 302
+    assert again["Location"] == first["Location"]
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_a_visitors_key_space_is_the_visitor_id_in_the_session_not_the_session_key(
+    client: Client,
+) -> None:
+    from idempotency_django.forms import SESSION_MARK
+
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    tenant = IdempotencyEntry.objects.get(key=key).tenant
+    visitor_id = client.session[SESSION_MARK]
+    assert isinstance(visitor_id, str) and len(visitor_id) >= 32
+    assert tenant.startswith("session:") and visitor_id not in tenant
+    rendered_key(client, "/forms/charge/")
+    assert client.session[SESSION_MARK] == visitor_id  # drawn once, kept
+
+
 def test_another_visitor_sending_the_same_key_never_gets_the_first_visitors_answer() -> None:
     first, other = Client(), Client()
     key = rendered_key(first, "/forms/charge/")

@@ -103,6 +103,22 @@ def plain_charge(request: HttpRequest) -> HttpResponse:
     return render(request, "testapp/charge_form.html", {"form": ChargeForm()})
 
 
+@idempotent
+def guest_checkout(request: HttpRequest) -> HttpResponse:
+    """A guest checkout that remembers its order in the session (a session write)."""
+    charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+    request.session["last_order"] = charge.pk
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
+@idempotent
+def guest_cycling(request: HttpRequest) -> HttpResponse:
+    """A guest checkout that gives the visitor a new session key (as login() does)."""
+    charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+    request.session.cycle_key()
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
 @idempotency_exempt
 def exempt_charge(request: HttpRequest) -> HttpResponse:
     charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
@@ -139,5 +155,7 @@ urlpatterns = [
     path("forms/formview/", ChargeFormView.as_view()),
     path("forms/plain/", plain_charge),
     path("forms/exempt/", exempt_charge),
+    path("forms/guest/", guest_checkout),
+    path("forms/guest-cycling/", guest_cycling),
     *testapp_urlpatterns,
 ]
