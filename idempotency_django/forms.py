@@ -83,9 +83,9 @@ def visitor(request: HttpRequest) -> str:
     The id is drawn into the visitor's session by ``{% idempotency_key_field %}``
     (``IdempotencyKeyField`` renders none: then the first post of a visitor who has
     a session draws it). Never the session key, which a ``cycle_key()`` or a
-    signed-cookie session's write changes. A credential: only its digest is stored. Without a session
-    (``idempotency_django.W090`` warns when the app has none) anonymous visitors
-    share one key space, as they do for ``tenants.user_pk``.
+    signed-cookie session's write changes. A credential: only its digest is stored.
+    Without a session (``idempotency_django.W090`` warns when the app has none)
+    anonymous visitors share one key space, as they do for ``tenants.user_pk``.
     """
     owner = user_pk(request)
     if owner:

@@ -291,8 +291,10 @@ def test_a_visitors_key_space_is_the_visitor_id_in_the_session_not_the_session_k
     submit(client, "/forms/charge/", key)
     tenant = IdempotencyEntry.objects.get(key=key).tenant
     visitor_id = client.session[SESSION_MARK]
-    assert isinstance(visitor_id, str) and len(visitor_id) >= 32
-    assert tenant.startswith("session:") and visitor_id not in tenant
+    assert isinstance(visitor_id, str)
+    assert len(visitor_id) >= 32
+    assert tenant.startswith("session:")
+    assert visitor_id not in tenant
     rendered_key(client, "/forms/charge/")
     assert client.session[SESSION_MARK] == visitor_id  # drawn once, kept
 
