@@ -237,7 +237,9 @@ def test_a_failing_handler_runs_a_bounded_number_of_times_then_is_a_dead_letter(
     healthy_behind(deliver)
 
 
-@pytest.mark.parametrize("message_id", ["x" * 300, "nul\x00byte"], ids=["long", "nul"])
+@pytest.mark.parametrize(
+    "message_id", ["x" * 300, "nul\x00byte", "lone-\udc80"], ids=["long", "nul", "surrogate"]
+)
 def test_an_id_the_store_cannot_hold_is_a_dead_letter_unrun(deliver: Any, message_id: str) -> None:
     never = Runs("never")
     assert until_settled(deliver, message_id, never) == ["dead_letter"]

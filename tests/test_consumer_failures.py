@@ -158,7 +158,11 @@ def test_a_delivery_that_finds_its_message_done_or_busy_is_not_counted(
     assert not ConsumerFailure.objects.exists()
 
 
-@pytest.mark.parametrize("message_id", ["x" * 300, "nul\x00byte", ""])
+@pytest.mark.parametrize(
+    "message_id",
+    ["x" * 300, "nul\x00byte", "", "lone-\udc80", "lone-\ud800-high"],
+    ids=["long", "nul", "empty", "low-surrogate", "high-surrogate"],
+)
 def test_an_id_the_store_cannot_hold_is_a_dead_letter_not_an_exception(message_id: str) -> None:
     with received(signals.dead_lettered) as dead:
         verdict = consume(message_id, lambda: charge("never"), policy=FAST)
@@ -170,9 +174,11 @@ def test_an_id_the_store_cannot_hold_is_a_dead_letter_not_an_exception(message_i
     assert consume("healthy", lambda: charge("healthy")).outcome == "executed"
 
 
-def test_a_tenant_the_store_cannot_hold_is_a_dead_letter_too() -> None:
-    verdict = consume("m", lambda: charge("m"), tenant="t" * 300)
+@pytest.mark.parametrize("tenant", ["t" * 300, "lone-\udc80"], ids=["long", "surrogate"])
+def test_a_tenant_the_store_cannot_hold_is_a_dead_letter_too(tenant: str) -> None:
+    verdict = consume("m", lambda: charge("m"), tenant=tenant)
     assert (verdict.action, verdict.outcome) == ("dead_letter", "unstorable")
+    assert not Charge.objects.exists()
 
 
 def test_a_wrong_scope_is_still_the_programmers_error() -> None:

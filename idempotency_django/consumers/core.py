@@ -140,6 +140,8 @@ def _unstorable(scope: str, tenant: str, message_id: str) -> str | None:
         return "the message id is empty"
     if "\x00" in message_id or "\x00" in tenant:
         return "the message id or tenant holds a NUL character"
+    if not (_encodes(message_id) and _encodes(tenant)):  # a lone surrogate ("\udc80" in JSON)
+        return "the message id or tenant is not valid Unicode (a lone surrogate)"
     if len(tenant) > _TENANT_MAX:
         return f"the tenant is longer than {_TENANT_MAX} characters"
     try:
@@ -147,6 +149,15 @@ def _unstorable(scope: str, tenant: str, message_id: str) -> str | None:
     except ValueError as error:
         return str(error)
     return None
+
+
+def _encodes(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8, as every database driver sends it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse(tenant: str, message_id: str, why: str) -> Verdict:
