@@ -717,15 +717,33 @@ _ROOTS = {
 def _batch(request: HttpRequest, schema: GraphQLSchema) -> list[_Operation] | None:
     """The operations of a batched request (a JSON list of GraphQL requests, as Strawberry's
     batching and graphene-django's ``batch=True`` take), or ``None``."""
-    if request.content_type != "application/json":
-        return None
-    try:
-        items = json.loads(request.body)
-    except (RawPostDataException, ValueError):
-        return None
+    items = _sent(request)
     if not isinstance(items, list):
         return None
     return [found for item in items if (found := _operation(item, schema)) is not None]
+
+
+def _sent(request: HttpRequest) -> object:
+    """What the request carries as GraphQL requests, however it was encoded, or ``None``.
+
+    Not judged by the content type: Strawberry parses any type holding
+    ``application/json`` (``application/jsonx`` too), so a body that is a JSON list is
+    the batch the stack ran. A multipart request (the GraphQL multipart request spec,
+    Strawberry with uploads enabled) carries its operations in the ``operations`` field.
+    """
+    if request.content_type == "multipart/form-data":  # its body was read into the form
+        text: str | bytes | None = request.POST.get("operations")
+    else:
+        try:
+            text = request.body
+        except RawPostDataException:
+            return None
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        return None
 
 
 def _operation(item: object, schema: GraphQLSchema) -> _Operation | None:

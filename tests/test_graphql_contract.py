@@ -411,6 +411,47 @@ def test_a_batch_sharing_the_header_key_between_operations_is_refused_whole(
     assert (charges(first), charges(second)) == (0, 0)
 
 
+# Every encoding a stack batches under, beside plain ``application/json``: Strawberry takes any
+# content type holding "application/json", and a multipart request (uploads enabled) whose
+# ``operations`` field is a list; graphene-django takes exactly ``application/json``.
+ENCODINGS = {
+    "json-with-a-charset": ("application/json; charset=utf-8", ("strawberry", "graphene")),
+    "json-suffixed": ("application/jsonx", ("strawberry",)),
+    "multipart": ("multipart/form-data", ("strawberry",)),
+}
+
+
+def _batch_encoded(stack: Stack, encoding: str, bodies: list[Body], header: str) -> list[Any]:
+    content_type, stacks = ENCODINGS[encoding]
+    if not stack.batches or not stack.name.startswith(stacks):
+        pytest.skip(f"{stack.name} does not batch {content_type}")
+    headers = {"Idempotency-Key": header}
+    if content_type == "multipart/form-data":  # the GraphQL multipart request spec
+        url = f"{BATCH_URLS[stack.name]}uploads/"
+        form = {"operations": json.dumps(bodies), "map": "{}"}
+        response = Client().post(url, form, headers=headers)
+    else:
+        url = BATCH_URLS[stack.name]
+        payload = json.dumps(bodies)
+        response = Client().post(url, payload, content_type=content_type, headers=headers)
+    answers = json.loads(response.content)
+    assert isinstance(answers, list), response.content
+    return answers
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_a_batch_sharing_the_header_key_is_refused_whole_however_it_is_encoded(
+    stack: Stack, encoding: str
+) -> None:
+    """A batch sent as ``application/jsonx`` or multipart skipped the refusal: its operations
+    ran under one key (one charge, both answered its id, or the second a 422)."""
+    first, second = new_key(), new_key()
+    bodies = [_charge_body(stack, first), _charge_body(stack, second)]
+    answers = _batch_encoded(stack, encoding, bodies, new_key())
+    assert [codes(answer) for answer in answers] == [["key-shared"], ["key-shared"]]
+    assert (charges(first), charges(second)) == (0, 0)
+
+
 def test_a_batch_whose_operations_have_their_own_keys_runs_each_once(stack: Stack) -> None:
     first, second = new_key(), new_key()
     bodies = [_charge_body(stack, first, new_key()), _charge_body(stack, second, new_key())]

@@ -190,5 +190,14 @@ urlpatterns = [
     path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema))),
     path("batch/", csrf_exempt(GraphQLView.as_view(schema=batching))),
     path("async/batch/", csrf_exempt(AsyncGraphQLView.as_view(schema=batching))),
+    # Batching with uploads: a multipart request's ``operations`` field may be a list too.
+    path(
+        "batch/uploads/",
+        csrf_exempt(GraphQLView.as_view(schema=batching, multipart_uploads_enabled=True)),
+    ),
+    path(
+        "async/batch/uploads/",
+        csrf_exempt(AsyncGraphQLView.as_view(schema=batching, multipart_uploads_enabled=True)),
+    ),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
