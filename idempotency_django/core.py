@@ -119,6 +119,18 @@ def passing_through(request: HttpRequest, tenant_of: TenantOf | None = None) -> 
         request.idempotency = IdempotencyContext(None, tenant)  # type: ignore[attr-defined]
 
 
+# Set on the request while IdempotencyMiddleware's claim runs its view: a protection of the
+# same request below it (a handler's @idempotent it did not recognise) runs its view once,
+# under that claim, instead of claiming the key a second time (a 409 against itself).
+SWITCH_CLAIMED = "_idempotency_claimed_by_switch"
+
+
+def claimed_by_switch(request: HttpRequest) -> bool:
+    """Whether ``request`` (or the Django request under a DRF one) is already claimed by
+    ``IdempotencyMiddleware``: its inner protections run their views directly."""
+    return getattr(_raw(request), SWITCH_CLAIMED, False) is True
+
+
 def protect(
     request: HttpRequest,
     policy: Policy,
@@ -136,7 +148,10 @@ def protect(
     view, to catch a view that authenticates on its own (then the tenant the
     claim used was not the caller's). ``form_field`` names the form field a form POST
     may carry its key in when the header is absent (``@idempotent``'s, for HTML forms).
+    A request ``IdempotencyMiddleware`` has claimed already runs ``call_view`` directly.
     """
+    if claimed_by_switch(request):
+        return call_view()  # one request, one claim: the switch's holds this view
     seen = signals.Observation("http", request.method, _route(request))
     token = None
     try:
@@ -501,6 +516,7 @@ __all__ = [
     "IdempotentRequest",
     "applies",
     "bound_request_transaction",
+    "claimed_by_switch",
     "current_context",
     "passing_through",
     "protect",

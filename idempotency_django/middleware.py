@@ -14,8 +14,10 @@ header or, for a form post to a Django view, in the ``idempotency_key`` field. H
 DRF and Ninja read the key from the header only, as their adapters do. A request is
 let through untouched when its view is marked ``@idempotency_exempt`` (a view
 function, a view class, or a Ninja operation's function), or protects itself
-(``@idempotent``, ``IdempotentFormMixin``, ``IdempotentMixin``, Ninja's ``@idempotent``):
-after its own authentication, with its own options.
+(``@idempotent``, ``IdempotentFormMixin``, ``IdempotentMixin``, Ninja's ``@idempotent``,
+a class view's decorated handler, an ``IdempotentAdminMixin`` admin's views, a GraphQL
+view executing with an adapter's context): after its own authentication, with its own
+options. A protection below the view it can't see runs under its claim, never claims again.
 
 It protects in ``process_view``, so it must come after every middleware whose
 ``process_view`` must run first: put it last in ``MIDDLEWARE`` (after
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse
 
+from idempotency_django.core import SWITCH_CLAIMED
 from idempotency_django.decorators import EntriesDatabase, handle
 from idempotency_django.forms import FIELD_NAME, is_form_post
 from idempotency_django.keys import form_field
@@ -115,7 +118,7 @@ def protection(request: HttpRequest, view: Callable[..., Any]) -> Call | None:
     """What the middleware calls instead of ``view``, or ``None`` to leave it alone."""
     if (request.method or "").upper() in SAFE_METHODS or not request.method:
         return None
-    if _exempt(view) or _protects_itself(view):
+    if _exempt(view) or _protects_itself(view) or _protected_below(request, view):
         return None
     drf_class = _drf_class(view)
     if drf_class is not None:
@@ -148,14 +151,26 @@ def carries_header(request: HttpRequest) -> bool:
 
 
 def _protected(view: Call, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    return handle(request, _OPTIONS, lambda: view(request, *args, **kwargs))
+    call = functools.partial(view, request, *args, **kwargs)
+    return handle(request, _OPTIONS, functools.partial(_under_claim, request, call))
 
 
 def _protected_async(view: Call, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     # As @idempotent's async wrapper: the protocol holds a transaction on this thread,
     # the view runs on the event loop through async_to_sync.
     call = functools.partial(async_to_sync(view), request, *args, **kwargs)
-    return handle(request, _OPTIONS, call)
+    return handle(request, _OPTIONS, functools.partial(_under_claim, request, call))
+
+
+def _under_claim(request: HttpRequest, call: Callable[[], HttpResponse]) -> HttpResponse:
+    """Run the view under the switch's claim, marked so that a protection of this same
+    request inside it (one the middleware could not see) runs once, not claims again."""
+    setattr(request, SWITCH_CLAIMED, True)
+    try:
+        return call()
+    finally:
+        with contextlib.suppress(AttributeError):
+            delattr(request, SWITCH_CLAIMED)
 
 
 def _answer(response: Any) -> HttpResponse:
@@ -178,6 +193,51 @@ def _exempt(view: Callable[..., Any]) -> bool:
 def _protects_itself(view: object) -> bool:
     # @idempotent and the mixins' as_view() mark their view with the entries' database.
     return isinstance(getattr(view, "_non_atomic_requests", None), EntriesDatabase)
+
+
+# The execution contexts of the GraphQL adapters (by name: neither stack is imported here).
+_GRAPHQL_CONTEXTS = {
+    ("idempotency_django.strawberry", "IdempotentExecutionContext"),
+    ("idempotency_django.graphene", "IdempotentExecutionContext"),
+}
+
+
+def _protected_below(request: HttpRequest, view: Callable[..., Any]) -> bool:
+    """Whether ``view`` protects this request below its URL's view function: a class
+    view's handler (``@method_decorator(idempotent)``), a ModelAdmin with
+    ``IdempotentAdminMixin``, a GraphQL view whose fields the adapters protect. Left to
+    it, with its own options and keys (its fields' ``idempotencyKey`` arguments)."""
+    cls = getattr(view, "view_class", None)
+    if isinstance(cls, type):
+        method = (request.method or "").lower()
+        if _protects_itself(getattr(cls, method, None)) or _protects_itself(
+            getattr(cls, "dispatch", None)
+        ):
+            return True
+        if _graphql_protected(cls, getattr(view, "view_initkwargs", None) or {}):
+            return True
+    model_admin = getattr(view, "model_admin", None)
+    if model_admin is not None:
+        from idempotency_django.admin import IdempotentAdminMixin
+
+        return isinstance(model_admin, IdempotentAdminMixin)
+    return False
+
+
+def _graphql_protected(cls: type, initkwargs: dict[str, Any]) -> bool:
+    """A GraphQL view (Strawberry's, graphene-django's) executing with our context."""
+    schema = initkwargs.get("schema", getattr(cls, "schema", None))
+    contexts = (
+        initkwargs.get("execution_context_class"),
+        getattr(cls, "execution_context_class", None),
+        getattr(schema, "execution_context_class", None),
+    )
+    return any(
+        (base.__module__, base.__qualname__) in _GRAPHQL_CONTEXTS
+        for context in contexts
+        if isinstance(context, type)
+        for base in context.__mro__
+    )
 
 
 # --- Django REST framework: the view's class with IdempotentMixin in front ---------------------

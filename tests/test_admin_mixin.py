@@ -122,3 +122,20 @@ def test_the_delete_selected_confirmation_confirmed_twice_is_a_replay(staff: Cli
     assert first.status_code == again.status_code == 302
     assert again["Idempotent-Replayed"] == "true"
     assert not Charge.objects.exists()
+
+
+def test_the_admin_add_form_is_saved_once_and_replayed_under_the_middleware(
+    staff: Client, settings: Any
+) -> None:
+    # The mixin protects its views itself: the middleware leaves them to it (one claim).
+    settings.MIDDLEWARE = [
+        *settings.MIDDLEWARE,
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    [key] = keys_of(staff, "/forms-admin/testapp/charge/add/")
+    data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}
+    first = staff.post("/forms-admin/testapp/charge/add/", data)
+    again = staff.post("/forms-admin/testapp/charge/add/", data)
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client, RequestFactory
+from django.utils.decorators import method_decorator
 from django.views import View
 from ninja import NinjaAPI
 from ninja.streaming import JSONL
@@ -90,6 +91,39 @@ def test_a_view_that_protects_itself_is_protected_once_not_twice(client: Client)
     assert Charge.objects.count() == 1
 
 
+@pytest.mark.parametrize("path", ["/forms/post-decorated/", "/forms/delegating/"])
+def test_a_view_protecting_itself_below_the_url_is_claimed_once_under_the_middleware(
+    client: Client, path: str
+) -> None:
+    # A handler under @method_decorator(idempotent), or an @idempotent view another one
+    # calls: one claim, one effect, and the repeat replays (not a 409 against itself).
+    key = str(uuid.uuid4())
+    first = client.post(path, _form(key))
+    again = client.post(path, _form(key))
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == IdempotencyEntry.objects.count() == 1
+
+
+def test_a_strawberry_mutation_is_claimed_once_by_its_field_under_the_middleware(
+    client: Client,
+) -> None:
+    import json
+
+    key = str(uuid.uuid4())
+    query = 'mutation { charge(reference: "sw-1", amount: 5) { reference amount } }'
+    answers = [
+        client.post(
+            "/graphql/", json.dumps({"query": query}), JSON, headers={"Idempotency-Key": key}
+        )
+        for _ in range(2)
+    ]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == answers[1].json()
+    assert answers[0].json()["data"]["charge"]["reference"] == "sw-1"
+    assert Charge.objects.count() == IdempotencyEntry.objects.count() == 1
+
+
 def _keyed(path: str) -> Any:
     return RequestFactory().post(path, {}, content_type=JSON, headers={"Idempotency-Key": "k"})
 
@@ -115,6 +149,12 @@ def _drf_function_protecting_itself(request: Any) -> Response:
 
 class _FormView(IdempotentFormMixin, View):
     pass
+
+
+class _PostDecorated(View):
+    @method_decorator(idempotent)
+    def post(self, request: Any) -> Any:
+        raise AssertionError("not called")
 
 
 def _ninja_views(api: NinjaAPI) -> dict[str, Any]:
@@ -151,6 +191,7 @@ def test_the_middleware_reaches_a_ninja_operation_of_the_installed_ninja() -> No
 def test_the_middleware_leaves_decorated_and_mixin_views_to_protect_themselves() -> None:
     assert not protects(_keyed("/x"), idempotent(_view))
     assert not protects(_keyed("/x"), _FormView.as_view())
+    assert not protects(_keyed("/x"), _PostDecorated.as_view())
 
 
 def test_a_drf_view_with_token_authentication_is_answered_by_its_own_mixin(

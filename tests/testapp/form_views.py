@@ -10,6 +10,8 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 from django.views.generic import CreateView, DeleteView, FormView, UpdateView
 
 from idempotency_django import idempotency_exempt, idempotent
@@ -119,6 +121,26 @@ def guest_cycling(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
 
 
+class PostDecorated(View):
+    """A class view protecting its own handler: ``@method_decorator(idempotent)``."""
+
+    @method_decorator(idempotent(wait=0))
+    def post(self, request: HttpRequest) -> HttpResponse:
+        charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+        return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
+@idempotent
+def _inner_charge(request: HttpRequest) -> HttpResponse:
+    charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
+def delegating_charge(request: HttpRequest) -> HttpResponse:
+    """A plain view handing its request to a protected one (nothing marks it from outside)."""
+    return _inner_charge(request)
+
+
 @idempotency_exempt
 def exempt_charge(request: HttpRequest) -> HttpResponse:
     charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
@@ -156,6 +178,8 @@ urlpatterns = [
     path("forms/plain/", plain_charge),
     path("forms/exempt/", exempt_charge),
     path("forms/guest/", guest_checkout),
+    path("forms/post-decorated/", PostDecorated.as_view()),
+    path("forms/delegating/", delegating_charge),
     path("forms/guest-cycling/", guest_cycling),
     *testapp_urlpatterns,
 ]
