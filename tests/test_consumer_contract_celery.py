@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib import admin
@@ -29,8 +30,9 @@ from django.urls import path, reverse
 from idempotency_django.consumers.models import ConsumerFailure
 from idempotency_django.models import IdempotencyEntry
 from tests import celery_harness
+from tests.broker_proxy import CuttableProxy
 from tests.celery_tasks import CONSUMER_POLICY
-from tests.consumer_harness import UNSTORABLE, count, steps
+from tests.consumer_harness import UNSTORABLE, count, steps, via_port
 from tests.testapp.models import Charge
 
 pytestmark = [
@@ -180,4 +182,34 @@ def test_two_workers_racing_one_event_run_it_once_and_ack_both_deliveries(
     assert steps(worker.traces, "ran", "r1") == steps(worker.traces, "committed", "r1") == 1
     assert count(worker.traces, "dead_letter") == 0
     assert Charge.objects.filter(reference="r1").count() == 1
+    assert not ConsumerFailure.objects.exists()
+
+
+def test_a_database_outage_retries_past_celerys_max_retries_and_each_event_runs_once_after(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL cut away (a proxy) while events arrive: each is retried more often than
+    Celery's default max_retries, never counted nor given up, then handled once."""
+    database = celery_harness.database_url()
+    proxy = CuttableProxy(int(urlsplit(database).port or 5432))
+    before = [{"id": f"b{n}", "amount": n} for n in range(2)]
+    during = [{"id": f"d{n}", "amount": n} for n in range(3)]
+    try:
+        with celery_harness.start_worker(
+            tmp_path, "redis", database=via_port(database, proxy.port)
+        ) as worker:
+            publish(worker, *before)
+            worker.wait_for(lambda: count(worker.traces, "ack") == 2, "the first acks")
+            proxy.cut()
+            publish(worker, *during)
+            retries = len(during) * (MAX_ATTEMPTS + 1)
+            worker.wait_for(lambda: count(worker.traces, "retry") >= retries, "the outage")
+            proxy.restore()
+            worker.wait_for(lambda: count(worker.traces, "ack") == 5, "every ack")
+    finally:
+        proxy.close()
+    assert count(worker.traces, "dead_letter") == 0
+    for event in before + during:
+        assert Charge.objects.filter(reference=event["id"]).count() == 1, event
+        assert steps(worker.traces, "committed", str(event["id"])) == 1, event
     assert not ConsumerFailure.objects.exists()
