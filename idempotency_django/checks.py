@@ -459,6 +459,17 @@ def check_mysql_clock(alias: str, offset: int) -> list[CheckMessage]:
     ]
 
 
+def check_open_legacy_rows(value: Any) -> list[CheckMessage]:
+    if isinstance(value, bool):
+        return []
+    return _error(
+        "E124",
+        f"IDEMPOTENCY_OPEN_LEGACY_ROWS must be a bool, got {value!r}.",
+        "Leave it out (False), or set it to True only until 0.4's and 0.3's stored answers "
+        "expire; manage.py reseal_idempotency makes it unneeded.",
+    )
+
+
 def check_conformance_hooks(value: Any) -> list[CheckMessage]:
     if isinstance(value, bool):
         return []
@@ -538,6 +549,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_ENCRYPTION_KEYS", check_encryption_keys),
     ("IDEMPOTENCY_MAX_STORED_BYTES", check_max_stored_bytes),
     ("IDEMPOTENCY_REDACT", check_redact),
+    ("IDEMPOTENCY_OPEN_LEGACY_ROWS", check_open_legacy_rows),
     ("IDEMPOTENCY_OUTBOX_MAX_ATTEMPTS", check_outbox_max_attempts),
     ("IDEMPOTENCY_CONFORMANCE_HOOKS", check_conformance_hooks),
 )
@@ -588,3 +600,33 @@ def check_form_sessions(
             id="idempotency_django.W090",
         )
     ]
+
+
+@register(Tags.security)
+def check_middleware_order(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E091: a middleware with ``process_view`` after IdempotencyMiddleware never runs for a
+    keyed request (the switch answers in its own ``process_view``): CSRF bypassed."""
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    if _IDEMPOTENCY_MIDDLEWARE not in middleware:
+        return []
+    after = middleware[middleware.index(_IDEMPOTENCY_MIDDLEWARE) + 1 :]
+    skipped = [path for path in after if _has_process_view(path)]
+    if not skipped:
+        return []
+    return _error(
+        "E091",
+        f"IdempotencyMiddleware comes before {', '.join(skipped)} in MIDDLEWARE: their "
+        "process_view() never runs for a request carrying a key (the switch runs the view "
+        "in its own), so a client choosing a key skips them (CSRF, LoginRequiredMiddleware).",
+        f"Move {_IDEMPOTENCY_MIDDLEWARE!r} after them: last in MIDDLEWARE.",
+    )
+
+
+def _has_process_view(path: object) -> bool:
+    try:
+        middleware = import_string(str(path))
+    except ImportError:
+        return False  # Django reports a middleware it can't import itself
+    return callable(getattr(middleware, "process_view", None))

@@ -142,6 +142,11 @@ class Settings:
         return int(getattr(settings, "IDEMPOTENCY_MAX_STORED_BYTES", DEFAULT_MAX_STORED_BYTES))
 
     @property
+    def OPEN_LEGACY_ROWS(self) -> bool:
+        """Whether replays open 0.4's seals and 0.3's plain rows (an upgrade window only)."""
+        return getattr(settings, "IDEMPOTENCY_OPEN_LEGACY_ROWS", False) is True
+
+    @property
     def REDACT(self) -> Any:
         """What may be stored for replays: a callable, its dotted path, or JSON field paths."""
         value = getattr(settings, "IDEMPOTENCY_REDACT", None)

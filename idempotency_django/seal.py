@@ -21,15 +21,20 @@ identity is a random value persisted in the database itself (a whole dump restor
 keeps it).
 
 Version 1 (0.4): associated data (tenant, key) only, and the default key derived
-from the server secret persisted in the database. Such blobs still open (never
-sealed again) until they expire or ``reseal_idempotency`` moves them to version 2.
+from the server secret persisted in the database, so anyone who can write the
+table can forge one. A replay opens such a blob only while the operator's
+``IDEMPOTENCY_OPEN_LEGACY_ROWS`` is on (an upgrade window); otherwise it answers
+answer-unreadable. ``reseal_idempotency`` always opens them, to move them to
+version 2. Never sealed again.
 
 The key id is the first four bytes of a hash of the key, so that rotation knows
 which configured key opens a blob without trying each, and can say that a blob's
 key is no longer configured.
 
-A row written by 0.3 (headers as a JSON list, body in clear) is still read as it
-is: it expires with its TTL, or ``reseal_idempotency`` seals it now. A sealed
+A row written by 0.3 (headers as a JSON list, body in clear) proves nothing: a
+replay reads it only under the same setting (answer-unreadable otherwise), and
+``reseal_idempotency`` always seals it. The decision never comes from the
+database: a table writer chooses the row's form, not whether it is believed. A sealed
 row's ``response_headers`` holds :data:`ROW_MARKER` (a JSON object, never a list),
 which is how a reader tells the two apart.
 """
@@ -60,6 +65,10 @@ DERIVED = "server-secret"  # in IDEMPOTENCY_ENCRYPTION_KEYS: the key derived fro
 KEY_BYTES = 32
 ROW_MARKER: dict[str, int] = {"sealed": 1}
 ROW_MARKER_JSON = json.dumps(ROW_MARKER)
+LEGACY_CLOSED = (
+    "opened only by reseal_idempotency or under IDEMPOTENCY_OPEN_LEGACY_ROWS "
+    "(its key, or its absence of one, is within a table writer's reach)"
+)
 _ID, _NONCE, _TAG = 4, 12, 16
 _HEAD = 1 + _ID + _NONCE
 _LENGTH = struct.Struct(">I")
@@ -125,13 +134,18 @@ class Ring:
         sealed = self.ciphers[self.newest].encrypt(nonce, plain, aad)
         return b"".join((VERSION, self.newest, nonce, sealed))
 
-    def open(self, blob: bytes, aad: Callable[[bytes], bytes]) -> bytes:
-        """``blob`` opened; ``aad(version)`` gives the associated data its version bound."""
+    def open(self, blob: bytes, aad: Callable[[bytes], bytes], *, legacy: bool = False) -> bytes:
+        """``blob`` opened; ``aad(version)`` gives the associated data its version bound.
+
+        ``legacy``: 0.4's blobs open too (the caller's decision, never the database's).
+        """
         from cryptography.exceptions import InvalidTag
 
         version = blob[:1]
         if version not in (VERSION, VERSION_0_4) or len(blob) < _HEAD + _TAG:
             raise Unreadable("not a sealed answer")
+        if version == VERSION_0_4 and not legacy:
+            raise Unreadable(f"sealed by 0.4, {LEGACY_CLOSED}", blob[1 : 1 + _ID].hex())
         kid = blob[1 : 1 + _ID]
         cipher = self.ciphers.get(kid)
         if cipher is None and version == VERSION_0_4:
@@ -242,10 +256,15 @@ def seal(using: str, tenant: str, key: str, response: StoredResponse) -> Sealed:
     return Sealed(response.status, response.reason, keys.seal(data, aad))
 
 
-def opened(using: str, tenant: str, key: str, sealed: Sealed) -> StoredResponse:
-    """The answer in ``sealed``; raises :class:`Unreadable` when it does not open."""
+def opened(
+    using: str, tenant: str, key: str, sealed: Sealed, *, legacy: bool = False
+) -> StoredResponse:
+    """The answer in ``sealed``; raises :class:`Unreadable` when it does not open.
+
+    ``legacy``: a 0.4 blob opens too (:data:`LEGACY_CLOSED` otherwise).
+    """
     aad = _aad(using, tenant, key, sealed.status, sealed.reason)
-    data = ring(using).open(sealed.blob, aad)
+    data = ring(using).open(sealed.blob, aad, legacy=legacy)
     (length,) = _LENGTH.unpack_from(data)
     end = _LENGTH.size + length
     headers = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
@@ -254,11 +273,18 @@ def opened(using: str, tenant: str, key: str, sealed: Sealed) -> StoredResponse:
 
 
 def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
-    """The answer to replay from a row (sealed, or 0.3's plain); 500 problem when unreadable."""
-    if isinstance(found, StoredResponse):
-        return found
+    """The answer to replay from a row; 500 problem when unreadable.
+
+    0.4's blobs and 0.3's plain rows only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS``: a
+    setting, so that no value a table writer controls decides what is believed.
+    """
+    legacy = conf.OPEN_LEGACY_ROWS
     try:
-        return opened(using, tenant, key, found)
+        if isinstance(found, StoredResponse):
+            if not legacy:
+                raise Unreadable(f"stored in clear by 0.3, {LEGACY_CLOSED}")
+            return found
+        return opened(using, tenant, key, found, legacy=legacy)
     except Unreadable as exc:
         logger.error(
             "idempotency: the stored answer of a key could not be opened (%s; key id %s, "
@@ -300,7 +326,12 @@ class Row(Protocol):
 
 
 def answer_of(using: str, row: Row) -> StoredResponse | None:
-    """A finished entry's answer, opened (``None`` in progress); raises :class:`Unreadable`."""
+    """A finished entry's answer, opened (``None`` in progress); raises :class:`Unreadable`.
+
+    For an operator's look (the admin, ``inspect_idempotency``), which replays
+    nothing: 0.4's and 0.3's rows open whatever the setting, so that the operator
+    sees what a forger planted.
+    """
     if row.response_status is None:
         return None
     found = from_row(
@@ -308,7 +339,7 @@ def answer_of(using: str, row: Row) -> StoredResponse | None:
     )
     if isinstance(found, StoredResponse):
         return found
-    return opened(using, row.tenant, row.key, found)
+    return opened(using, row.tenant, row.key, found, legacy=True)
 
 
 def is_sealed_row(headers: Any) -> bool:
@@ -320,13 +351,15 @@ def is_sealed_row(headers: Any) -> bool:
 def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> bytes | None:
     """``found`` sealed under the newest key, or ``None`` when it already is.
 
-    Raises :class:`Unreadable` for a blob no configured key opens.
+    0.4's and 0.3's rows are opened whatever ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` says:
+    an operator runs this to take them out of the table. Raises :class:`Unreadable`
+    for a blob no configured key opens.
     """
     current = ring(using)
     if isinstance(found, Sealed):
         if found.blob[:1] == VERSION and found.blob[1 : 1 + _ID] == current.newest:
             return None
-        found = opened(using, tenant, key, found)
+        found = opened(using, tenant, key, found, legacy=True)
     return current.seal(plain(found), bound(using, tenant, key, found.status, found.reason))
 
 

@@ -51,6 +51,8 @@ def test_defaults_pass() -> None:
         ("IDEMPOTENCY_CACHE", "nowhere", "E009"),
         ("IDEMPOTENCY_DRF_ERROR_FORMAT", "xml", "E010"),
         ("IDEMPOTENCY_PREPARED_STATEMENTS", "yes", "E030"),
+        ("IDEMPOTENCY_OPEN_LEGACY_ROWS", "False", "E124"),  # a non-empty string: truthy
+        ("IDEMPOTENCY_OPEN_LEGACY_ROWS", 1, "E124"),
     ],
 )
 def test_each_bad_setting_has_its_own_id(setting: str, value: Any, check_id: str) -> None:
@@ -69,6 +71,8 @@ def test_lease_must_be_shorter_than_ttl() -> None:
         {"IDEMPOTENCY_CACHE": "replay"},
         {"IDEMPOTENCY_HEADER": "X-Request-Id"},
         {"IDEMPOTENCY_DRF_ERROR_FORMAT": "drf"},
+        {"IDEMPOTENCY_OPEN_LEGACY_ROWS": True},
+        {"IDEMPOTENCY_OPEN_LEGACY_ROWS": False},
     ],
 )
 def test_good_values_pass(settings: dict[str, Any]) -> None:
@@ -206,3 +210,29 @@ def test_e011_names_the_alias_and_the_vendor_with_its_article(vendor: str, phras
 
     [message] = check_database_vendor("entries", vendor)
     assert message.msg.startswith(f"IDEMPOTENCY_DATABASE 'entries' {phrase}")
+
+
+_SWITCH = "idempotency_django.middleware.IdempotencyMiddleware"
+_CSRF = "django.middleware.csrf.CsrfViewMiddleware"
+_LOGIN_REQUIRED = "django.contrib.auth.middleware.LoginRequiredMiddleware"
+_SESSIONS = "django.contrib.sessions.middleware.SessionMiddleware"
+_AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+@pytest.mark.parametrize("after", [_CSRF, _LOGIN_REQUIRED])
+def test_the_middleware_before_one_with_process_view_is_an_error(after: str) -> None:
+    from idempotency_django.checks import check_middleware_order
+
+    with override_settings(MIDDLEWARE=[_SESSIONS, _AUTH, _SWITCH, after]):
+        [error] = check_middleware_order()
+    assert error.id == "idempotency_django.E091"
+    assert after in error.msg
+
+
+def test_the_middleware_last_or_absent_passes_the_order_check() -> None:
+    from idempotency_django.checks import check_middleware_order
+
+    with override_settings(MIDDLEWARE=[_SESSIONS, _CSRF, _AUTH, _LOGIN_REQUIRED, _SWITCH]):
+        assert check_middleware_order() == []
+    with override_settings(MIDDLEWARE=[_SESSIONS, _CSRF, _AUTH]):
+        assert check_middleware_order() == []

@@ -79,7 +79,8 @@ def local_cache() -> Iterator[None]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("local_cache")
-def test_a_plain_0_3_row_replayed_is_cached_sealed() -> None:
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)  # 0.3's rows replay only in the window
+def test_a_plain_0_3_row_replayed_in_the_upgrade_window_is_cached_sealed() -> None:
     client = Client(raise_request_exception=False)
     entry = IdempotencyEntryFactory.create(tenant="", key="old")
     real = post(client, "/charges/", "old-probe")  # the fingerprint a POST of this body gets

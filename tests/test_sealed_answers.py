@@ -22,7 +22,7 @@ from idempotency_django.checks import check_encryption_keys
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.responses import StoredResponse
 from tests.factories import IdempotencyEntryFactory
-from tests.helpers import charges, new_key, post, problem
+from tests.helpers import charges, new_key, post, problem, stored_answer
 from tests.testapp.models import Charge
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -199,11 +199,40 @@ def test_the_derived_key_and_an_own_key_live_side_by_side(client: Client) -> Non
         assert post(client, "/mint/", key).content == first.content
 
 
-def test_a_row_written_by_0_3_in_clear_is_still_replayed(client: Client) -> None:
+def as_written_by_0_3(key: str) -> None:
+    """The entry's answer as 0.3 stored it: headers a JSON list, the body in clear."""
+    entry = IdempotencyEntry.objects.get(key=key)
+    answer = stored_answer(entry)
+    IdempotencyEntry.objects.filter(pk=entry.pk).update(
+        response_headers=[list(pair) for pair in answer.headers], response_body=answer.body
+    )
+
+
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)
+def test_a_row_written_by_0_3_in_clear_is_replayed_in_the_upgrade_window(client: Client) -> None:
     key = new_key()
-    entry = IdempotencyEntryFactory.create(key=key, tenant="")
-    entry.fingerprint = IdempotencyEntry.objects.get(pk=entry.pk).fingerprint
-    response = seal.answer_of("default", entry)
+    first = post(client, "/mint/", key)
+    as_written_by_0_3(key)
+    replay = post(client, "/mint/", key)
+    assert replay.content == first.content
+    assert replay["Idempotent-Replayed"] == "true"
+
+
+def test_a_row_written_by_0_3_in_clear_is_unreadable_outside_the_upgrade_window(
+    client: Client,
+) -> None:
+    key = new_key()
+    post(client, "/mint/", key)
+    as_written_by_0_3(key)
+    response = post(client, "/mint/", key)
+    assert response.status_code == 500
+    assert problem(response)["type"].endswith("#answer-unreadable")
+    assert charges(key) == 1  # the view never runs again
+
+
+def test_an_operator_reads_a_row_written_by_0_3_whatever_the_window() -> None:
+    entry = IdempotencyEntryFactory.create(key=new_key(), tenant="")
+    response = seal.answer_of("default", entry)  # the admin's and inspect_idempotency's look
     assert response is not None
     assert response.body == b'{"id": 1}'
 

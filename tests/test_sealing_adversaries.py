@@ -196,7 +196,8 @@ def sealed_as_0_4_3(tenant: str, key: str, answer: StoredResponse) -> bytes:
     return b"\x01" + key_id + nonce + AESGCM(cipher_key).encrypt(nonce, plain, aad)
 
 
-def test_an_answer_sealed_by_0_4_3_still_replays_until_it_expires(client: Client) -> None:
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)
+def test_an_answer_sealed_by_0_4_3_still_replays_in_the_upgrade_window(client: Client) -> None:
     key = new_key()
     first = post(client, "/mint/", key)
     entry = IdempotencyEntry.objects.get(key=key)
@@ -205,6 +206,18 @@ def test_an_answer_sealed_by_0_4_3_still_replays_until_it_expires(client: Client
     replay = post(client, "/mint/", key)
     assert replay.content == first.content
     assert replay["Idempotent-Replayed"] == "true"
+
+
+def test_an_answer_sealed_by_0_4_3_is_unreadable_outside_the_upgrade_window(
+    client: Client,
+) -> None:
+    key = new_key()
+    post(client, "/mint/", key)
+    entry = IdempotencyEntry.objects.get(key=key)
+    old = sealed_as_0_4_3("", key, stored_answer(entry))
+    IdempotencyEntry.objects.filter(pk=entry.pk).update(response_body=old)
+    assert unreadable(post(client, "/mint/", key))
+    assert charges(key) == 1  # never run again
 
 
 def test_reseal_takes_a_0_4_3_answer_out_of_a_backup_readers_reach(client: Client) -> None:
@@ -236,6 +249,73 @@ def test_a_row_copied_into_another_database_does_not_open(client: Client) -> Non
     assert unreadable(response)
     assert TOKEN.encode() not in response.content
     assert charges(key) == 1
+
+
+PAID = b'{"paid": true, "forged": "by a table writer"}'
+
+
+def forge_as_0_4(key: str) -> None:
+    """A table writer's forgery: 0.4's key is derived from a row of the same database."""
+    answer = StoredResponse(201, [("Content-Type", "application/json")], PAID, "Created")
+    blob = sealed_as_0_4_3("", key, answer)
+    IdempotencyEntry.objects.filter(key=key).update(
+        response_status=201, response_reason="Created", response_body=blob
+    )
+
+
+def plant_as_0_3(key: str) -> None:
+    """A table writer's plant: 0.3's row form, headers a JSON list and the body in clear."""
+    IdempotencyEntry.objects.filter(key=key).update(
+        response_status=201,
+        response_reason="Created",
+        response_headers=[["Content-Type", "application/json"]],
+        response_body=PAID,
+    )
+
+
+@pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
+def test_a_table_writer_cannot_plant_a_legacy_answer_even_after_reseal(
+    client: Client, plant: Any
+) -> None:
+    key = new_key()
+    assert post(client, "/decline/", key).status_code == 402
+    call_command("reseal_idempotency", stdout=io.StringIO())  # the upgrade is done
+    plant(key)
+    response = post(client, "/decline/", key)
+    assert unreadable(response)
+    assert PAID not in response.content
+    assert charges(key) == 1
+
+
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)
+@pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
+def test_the_upgrade_window_believes_a_table_writers_legacy_answer(
+    client: Client, plant: Any
+) -> None:
+    """The trade-off IDEMPOTENCY_OPEN_LEGACY_ROWS documents: keep the window short."""
+    key = new_key()
+    assert post(client, "/decline/", key).status_code == 402
+    plant(key)
+    response = post(client, "/decline/", key)
+    assert (response.status_code, response.content) == (201, PAID)
+    assert charges(key) == 1
+
+
+@pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
+def test_reseal_moves_a_legacy_answer_to_version_2_with_the_window_closed(
+    client: Client, plant: Any
+) -> None:
+    key = new_key()
+    assert post(client, "/decline/", key).status_code == 402
+    plant(key)  # as 0.4 or 0.3 left it, before the upgrade
+    out = io.StringIO()
+    call_command("reseal_idempotency", stdout=out)
+    assert "1 resealed" in out.getvalue()
+    entry = IdempotencyEntry.objects.get(key=key)
+    assert bytes(entry.response_body or b"")[:1] == seal.VERSION
+    response = post(client, "/decline/", key)
+    assert (response.status_code, response.content) == (201, PAID)
+    assert response["Idempotent-Replayed"] == "true"
 
 
 def test_an_edited_status_code_does_not_open(client: Client) -> None:

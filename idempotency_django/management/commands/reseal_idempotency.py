@@ -4,7 +4,10 @@ Run after putting a new key first in ``IDEMPOTENCY_ENCRYPTION_KEYS`` (the old on
 still listed), then drop the old key: every finished entry, 0.3's plain ones too,
 is then sealed under the newest. Run it once after upgrading from 0.4 too: 0.4's
 seal (its default key rooted in the database itself, its status and reason outside
-the seal) is then gone from the table, and from every backup taken afterwards. Each batch is its own short transaction, and each
+the seal) is then gone from the table, and from every backup taken afterwards.
+0.4's and 0.3's rows are opened here whatever ``IDEMPOTENCY_OPEN_LEGACY_ROWS``
+says (replays open them only under it): this command is how they become version 2
+and replayable again with the setting off. Each batch is its own short transaction, and each
 write is fenced on the entry's owner token, so that an entry taken over or purged
 meanwhile is left as it is. ``--new-key`` prints a fresh key for the setting.
 """
