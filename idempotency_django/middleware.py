@@ -90,6 +90,7 @@ class IdempotencyMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        self.csrf = _csrf_middleware(get_response)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
@@ -104,9 +105,32 @@ class IdempotencyMiddleware:
         call = protection(request, view)
         if call is None:
             return None
+        if self.csrf is not None:
+            # Defensive (E091 reports the order): when CsrfViewMiddleware comes after the
+            # switch, its process_view would never run; a request it already passed is
+            # marked done, and a csrf_exempt view is let through by it as always.
+            refused: HttpResponse | None = self.csrf.process_view(
+                request, view, view_args, view_kwargs
+            )
+            if refused is not None:
+                return refused
         # The view is called here, so Django's ATOMIC_REQUESTS wrapper is not around it:
         # the claim's transaction holds the view, as under @idempotent.
         return _answer(call(request, *view_args, **view_kwargs))
+
+
+def _csrf_middleware(get_response: Callable[[HttpRequest], HttpResponse]) -> Any:
+    """An instance of the project's CsrfViewMiddleware (or its subclass), if installed."""
+    from django.conf import settings
+    from django.middleware.csrf import CsrfViewMiddleware
+    from django.utils.module_loading import import_string
+
+    for path in getattr(settings, "MIDDLEWARE", None) or ():
+        with contextlib.suppress(ImportError):
+            cls = import_string(path)
+            if isinstance(cls, type) and issubclass(cls, CsrfViewMiddleware):
+                return cls(get_response)
+    return None
 
 
 def protects(request: HttpRequest, view: Callable[..., Any]) -> bool:

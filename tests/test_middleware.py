@@ -124,6 +124,29 @@ def test_a_strawberry_mutation_is_claimed_once_by_its_field_under_the_middleware
     assert Charge.objects.count() == IdempotencyEntry.objects.count() == 1
 
 
+def test_a_keyed_post_without_its_csrf_token_is_refused_though_csrf_comes_after(
+    settings: Any,
+) -> None:
+    # E091 reports the order; the switch runs the CSRF check itself before any claim.
+    csrf = "django.middleware.csrf.CsrfViewMiddleware"
+    settings.MIDDLEWARE = [*MIDDLEWARE, csrf]
+    client = Client(enforce_csrf_checks=True)
+    refused = client.post("/forms/plain/", _form(str(uuid.uuid4())))
+    assert refused.status_code == 403
+    assert Charge.objects.count() == IdempotencyEntry.objects.count() == 0
+
+
+def test_a_csrf_exempt_view_is_protected_without_a_token(settings: Any) -> None:
+    settings.MIDDLEWARE = [*MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    client = Client(enforce_csrf_checks=True)
+    key = str(uuid.uuid4())
+    first = client.post("/forms/csrf-exempt/", _form(key))
+    again = client.post("/forms/csrf-exempt/", _form(key))
+    assert first.status_code == again.status_code == 302
+    assert again["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
 def _keyed(path: str) -> Any:
     return RequestFactory().post(path, {}, content_type=JSON, headers={"Idempotency-Key": "k"})
 

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import CreateView, DeleteView, FormView, UpdateView
 
 from idempotency_django import idempotency_exempt, idempotent
@@ -141,6 +142,13 @@ def delegating_charge(request: HttpRequest) -> HttpResponse:
     return _inner_charge(request)
 
 
+@csrf_exempt
+def csrf_exempt_charge(request: HttpRequest) -> HttpResponse:
+    """Exempt from CSRF only: the middleware still protects it."""
+    charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
+    return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+
+
 @idempotency_exempt
 def exempt_charge(request: HttpRequest) -> HttpResponse:
     charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
@@ -180,6 +188,7 @@ urlpatterns = [
     path("forms/guest/", guest_checkout),
     path("forms/post-decorated/", PostDecorated.as_view()),
     path("forms/delegating/", delegating_charge),
+    path("forms/csrf-exempt/", csrf_exempt_charge),
     path("forms/guest-cycling/", guest_cycling),
     *testapp_urlpatterns,
 ]
