@@ -1,7 +1,8 @@
 """``IdempotencyMiddleware``: one switch that protects every unsafe request carrying a key.
 
 A request is protected when it is unsafe and carries a key, in the ``Idempotency-Key``
-header or, for a form post to a Django view, in the ``idempotency_key`` field. How:
+header or, for an urlencoded form post to a Django view, in the ``idempotency_key``
+field (a multipart body is never read here: its view may set its upload handlers). How:
 
 - a Django view (function or class, sync or ``async``): as a bare ``@idempotent``;
 - a Django REST framework view (``APIView``, a viewset's action, ``@api_view``): as
@@ -157,12 +158,18 @@ def protection(request: HttpRequest, view: Callable[..., Any]) -> Call | None:
     return functools.partial(_protected, view)
 
 
+# The only body the switch reads a key from. A multipart body is left unread: its view may
+# set request.upload_handlers first (Django refuses them once the body is parsed), so a
+# multipart form behind the switch sends the header, or its view uses @idempotent.
+URLENCODED = "application/x-www-form-urlencoded"
+
+
 def carries_key(request: HttpRequest) -> bool:
-    """A key in the header (even an empty one: @idempotent answers it 400), or in a form
-    post's ``idempotency_key`` field."""
+    """A key in the header (even an empty one: @idempotent answers it 400), or in an
+    urlencoded form post's ``idempotency_key`` field."""
     policy = _OPTIONS.resolve(request)
     if is_form_post(request, policy):
-        return form_field(request, FIELD_NAME) is not None
+        return request.content_type == URLENCODED and form_field(request, FIELD_NAME) is not None
     return carries_header(request)
 
 

@@ -147,6 +147,36 @@ def test_a_csrf_exempt_view_is_protected_without_a_token(settings: Any) -> None:
     assert Charge.objects.count() == 1
 
 
+def test_an_upload_view_setting_its_upload_handlers_works_under_the_middleware(
+    client: Client,
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    # The switch reads no multipart body: the view's handlers must see it first.
+    answer = client.post("/forms/custom-upload/", {"f": SimpleUploadedFile("a.txt", b"hello")})
+    assert answer.status_code == 201
+    assert answer.content == b"1"
+
+
+def test_a_multipart_form_is_protected_by_the_switch_through_its_header_only(
+    client: Client,
+) -> None:
+    from django.test.client import MULTIPART_CONTENT
+
+    field_key, header_key = str(uuid.uuid4()), str(uuid.uuid4())
+    for _ in range(2):
+        client.post("/forms/plain/", _form(field_key), content_type=MULTIPART_CONTENT)
+    assert Charge.objects.count() == 2  # the field of a multipart body is not read
+    for _ in range(2):
+        client.post(
+            "/forms/plain/",
+            _form(None),
+            content_type=MULTIPART_CONTENT,
+            headers={"Idempotency-Key": header_key},
+        )
+    assert Charge.objects.count() == 3
+
+
 def _keyed(path: str) -> Any:
     return RequestFactory().post(path, {}, content_type=JSON, headers={"Idempotency-Key": "k"})
 

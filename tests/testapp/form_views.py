@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin
+from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path
@@ -149,6 +150,13 @@ def csrf_exempt_charge(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
 
 
+@csrf_exempt
+def custom_upload(request: HttpRequest) -> HttpResponse:
+    """Django's per-request upload handlers: set before request.POST or FILES is read."""
+    request.upload_handlers = [MemoryFileUploadHandler(request)]
+    return HttpResponse(str(len(request.FILES)), status=201)
+
+
 @idempotency_exempt
 def exempt_charge(request: HttpRequest) -> HttpResponse:
     charge = Charge.objects.create(reference=request.POST.get("reference", "x"), amount=1)
@@ -189,6 +197,7 @@ urlpatterns = [
     path("forms/post-decorated/", PostDecorated.as_view()),
     path("forms/delegating/", delegating_charge),
     path("forms/csrf-exempt/", csrf_exempt_charge),
+    path("forms/custom-upload/", custom_upload),
     path("forms/guest-cycling/", guest_cycling),
     *testapp_urlpatterns,
 ]
