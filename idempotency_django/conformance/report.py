@@ -23,7 +23,11 @@ def table(results: Sequence[Result], width: int = 100) -> str:
         shown = [*shown, *(f"warning: {warning}" for warning in result.warnings)]
         for line in shown:
             lines += textwrap.wrap(
-                line, width, initial_indent="         ", subsequent_indent="           "
+                line,
+                width,
+                initial_indent="         ",
+                subsequent_indent="           ",
+                break_on_hyphens=False,  # a flag (--count-url) stays whole
             )
     passed = sum(r.verdict == "pass" for r in results)
     failed = sum(r.verdict == FAIL for r in results)

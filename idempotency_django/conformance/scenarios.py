@@ -8,7 +8,9 @@ answer claims: through the id each answer carries (the JSON field ``id_field``),
 compared with the first answer's; through the gap between the ids of fresh requests
 made before and after; and, when given, through an ``executions`` counter (a callable,
 or ``--count-url``) read before and after each scenario. ``Idempotent-Replayed`` is
-reported, not trusted.
+reported, not trusted. A scenario whose pass rests on counting (nothing ran, one
+execution per key) is ``not run`` when neither the ids (integers that grow) nor a
+counter can count: a same id proves nothing when the first body is replayed.
 
 Two profiles: ``strict`` judges this library's contract (docs/http.rst); ``draft`` the
 IETF draft (draft-ietf-httpapi-idempotency-key-header), whose recommendations
@@ -44,6 +46,7 @@ HOOKS_NEEDED = (
     "needs the test hooks (conformance_hooks under the protection and "
     "IDEMPOTENCY_CONFORMANCE_HOOKS = True; docs/verify.rst)"
 )
+COUNT_NEEDED = "needs integer ids in --id-field, or --count-url"
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class Run:
         self.breaches: list[str] = []  # recommendations broken under strict
         # Executions the current scenario should have caused; None: it cannot tell.
         self.expected: int | None = 0
+        # Why the current scenario's executions could not be counted: its pass is "not run".
+        self.uncounted = ""
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -290,7 +295,8 @@ def replay(run: Run) -> None:
         judge_replay(run, f"the {what}", first, ident, second)
     expect_no_execution(run, before, "the retries")
     expect_gap(run, ident, 0, "the retries")
-    run.note(f"one execution, id {ident!r}")
+    if not run.uncounted:
+        run.note(f"one execution, id {ident!r}")
 
 
 def judge_replay(run: Run, what: str, first: Answer, ident: Any, again: Answer) -> None:
@@ -328,22 +334,37 @@ def expect_no_execution(run: Run, before: int | None, what: str) -> None:
 def expect_gap(run: Run, before_id: Any, between: int, what: str) -> None:
     """Two fresh requests after ``before_id``: their ids must leave room for ``between`` more.
 
-    Integer ids only, and a quiet server: another client writing meanwhile fails this.
+    Integer ids that grow only, and a quiet server: another client writing meanwhile fails
+    this. Other ids count nothing: without a counter the scenario cannot pass
+    (``run.uncounted``), since the same id in a replay proves nothing when the first
+    answer's body is replayed over a second execution.
     """
     _, _, after_id = run.create()
     _, _, last_id = run.create()
     run.note(f"ids around {what}: {before_id!r}, then {after_id!r}, {last_id!r}")
     ids = (before_id, after_id, last_id)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        run.note("the ids are not integers: no id-gap check (--count-url counts instead)")
+    integers = all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    step = last_id - after_id if integers else 0
+    if step <= 0:
+        uncounted(run, what, "growing integers" if integers else "integers")
         return
-    step = last_id - after_id
-    if step > 0 and after_id - before_id != step * (between + 1):
+    if after_id - before_id != step * (between + 1):
         made = (after_id - before_id) // step - 1
         raise Failed(
             f"{what}: the ids jumped from {before_id} to {after_id} (then {last_id}): {made} "
             f"created in between where {between} should have been (or another client wrote "
             "meanwhile)"
+        )
+
+
+def uncounted(run: Run, what: str, lacking: str) -> None:
+    """The ids cannot count ``what``'s executions: the counter must, or the pass is withheld."""
+    if run.options.executions is not None:
+        run.note(f"the ids are not {lacking}: no id-gap check, the executions counter counts")
+    elif not run.uncounted:
+        run.uncounted = (
+            f"the ids are not {lacking}: the executions around {what} cannot be counted, "
+            f"and an answer claiming a replay proves nothing; {COUNT_NEEDED}"
         )
 
 
@@ -362,6 +383,7 @@ def mismatch(run: Run) -> None:
     again = run.post(key)
     judge_replay(run, "after the 422, the first body's retry", first, ident, again)
     run.note(f"the first body still replays id {ident!r}")
+    expect_gap(run, ident, 0, "the request with another body and the retry")
 
 
 def oversized() -> str:
@@ -682,6 +704,7 @@ def run_scenarios(
 
 def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
     run.notes, run.warnings, run.breaches, run.expected = [], [], [], 0
+    run.uncounted = ""
     start, sent = time.monotonic(), run.sent
     if run.options.progress:
         run.options.progress(f"{name} …")
@@ -694,6 +717,8 @@ def judge(run: Run, name: str, scenario: Callable[[Run], None]) -> Result:
             raise Failed(
                 f"{run.breaches[0]} (the draft recommends it, this library's contract requires it)"
             )
+        if run.uncounted:  # nothing the answers show is broken, but the pass rests on counting
+            raise Skipped(run.uncounted)
     except Failed as failed:
         verdict, evidence = FAIL, [*run.notes, *effects(run, before), str(failed)]
     except Skipped as skipped:

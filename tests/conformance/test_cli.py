@@ -156,3 +156,35 @@ def test_the_count_url_answers_a_bare_integer_or_a_count_object(text: bytes, cou
 def test_a_count_url_answering_anything_else_is_refused(text: bytes) -> None:
     with pytest.raises(ValueError):
         parse_count(text)
+
+
+UNCOUNTED = "needs integer ids in --id-field, or --count-url"
+
+
+def test_without_a_count_url_string_ids_leave_the_counting_scenarios_not_run_and_exit_0(
+    http_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.json"
+    assert main([f"{http_server}/others/string-ids/", "--json", str(out)]) == 0
+    scenarios = {s["name"]: s for s in json.loads(out.read_text())["scenarios"]}
+    for name in ("replay", "mismatch-422", "storm"):
+        assert scenarios[name]["verdict"] == "not run", scenarios[name]
+        assert UNCOUNTED in scenarios[name]["evidence"][-2]
+    printed = capsys.readouterr().out
+    assert "----     replay" in printed
+    assert UNCOUNTED in " ".join(printed.split())
+
+
+def test_a_stamped_replay_with_string_ids_is_not_run_without_a_count_url_and_fails_with_one(
+    http_server: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "results.json"
+    argv = [f"{http_server}/toys/reexecutes-stamping-replayed-string-ids/", "--json", str(out)]
+    # It fails mismatch-422 anyway (another body gets the first answer): exit 1.
+    assert main(argv) == 1
+    verdicts = _verdicts(out)
+    assert verdicts["replay"] == verdicts["storm"] == "not run"
+    assert verdicts["mismatch-422"] == "fail"
+    assert main([*argv, "--count-url", f"{http_server}/count/"]) == 1
+    verdicts = _verdicts(out)
+    assert verdicts["replay"] == verdicts["storm"] == "fail"

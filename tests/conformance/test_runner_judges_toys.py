@@ -52,7 +52,14 @@ BROKEN = [
     ("/toys/reexecutes-stamping-replayed/", "replay", False),
     ("/toys/reexecutes-stamping-replayed/", "storm", True),
     ("/toys/reexecutes-stamping-replayed/", "storm", False),
+    ("/toys/reexecutes-stamping-replayed-string-ids/", "replay", True),
+    ("/toys/reexecutes-stamping-replayed-string-ids/", "storm", True),
 ]
+
+# The scenarios whose verdict rests on counting executions ("nothing ran", "one per key").
+COUNTING = ["replay", "mismatch-422", "key-missing-400", "key-oversized-400", "key-non-ascii-400"]
+COUNTING += ["storm"]
+UNCOUNTED = "needs integer ids in --id-field, or --count-url"
 
 
 @pytest.mark.parametrize("path", PROTECTED)
@@ -181,3 +188,61 @@ def test_the_effects_counted_before_and_after_each_scenario_are_in_its_evidence(
     )
     assert result.verdict == PASS, result
     assert "3 effects counted, 3 expected" in " ".join(result.evidence), result
+
+
+@pytest.mark.parametrize("scenario", ["replay", "storm"])
+def test_a_stamped_replay_with_string_ids_and_no_counter_is_not_run_never_a_pass(
+    scenario: str, callers: tuple[Client, Client]
+) -> None:
+    before = executions()
+    (result,) = run_conformance(
+        callers[0], "/toys/reexecutes-stamping-replayed-string-ids/", only=[scenario]
+    )
+    assert executions() - before > result.requests // 2  # it did charge again, unseen
+    assert result.verdict == NOT_RUN, result
+    assert UNCOUNTED in result.evidence[-2], result
+    assert not any("one execution" in line for line in result.evidence), result
+
+
+def test_a_correct_endpoint_with_string_ids_is_not_run_where_only_counting_tells(
+    callers: tuple[Client, Client],
+) -> None:
+    first, second = callers
+    results = run_conformance(first, "/others/string-ids/", other_client=second)
+    verdicts = {r.name: r.verdict for r in results}
+    assert verdicts == {
+        **dict.fromkeys(verdicts, PASS),
+        **dict.fromkeys(COUNTING, NOT_RUN),
+    }, results
+    for result in results:
+        if result.verdict == NOT_RUN:
+            assert UNCOUNTED in result.evidence[-2], result
+
+
+def test_a_correct_endpoint_with_string_ids_passes_when_executions_are_counted(
+    callers: tuple[Client, Client],
+) -> None:
+    first, second = callers
+    results = assert_conformance(
+        first, "/others/string-ids/", other_client=second, executions=executions
+    )
+    assert {r.verdict for r in results} == {PASS}, results
+
+
+def test_integer_ids_count_the_executions_without_a_counter(
+    callers: tuple[Client, Client],
+) -> None:
+    results = run_conformance(callers[0], "/conformance/function/", only=COUNTING)
+    assert {r.verdict for r in results} == {PASS}, results
+    (replay,) = (r for r in results if r.name == "replay")
+    assert any(line.startswith("one execution") for line in replay.evidence), replay
+
+
+def test_a_broken_rule_shown_by_the_answers_fails_even_when_executions_cannot_be_counted(
+    callers: tuple[Client, Client],
+) -> None:
+    # Another body replayed instead of 422: the answer shows it, no counting needed.
+    (result,) = run_conformance(
+        callers[0], "/toys/reexecutes-stamping-replayed-string-ids/", only=["mismatch-422"]
+    )
+    assert result.verdict == FAIL, result

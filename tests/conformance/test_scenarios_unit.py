@@ -308,3 +308,40 @@ def test_a_prefixed_key_refused_suggests_plain_uuids(status: int) -> None:
     opts = Options(key_format="uuid")
     [result] = scenarios.run_scenarios(Scripted(script), opts, only=["replay"])
     assert "--key-format" not in result.evidence[-2]
+
+
+class RandomIds(Endpoint):
+    """A correct endpoint whose integer ids do not grow (random, like a 64-bit token)."""
+
+    def __call__(self, headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Key" not in headers:
+            return Answer(400, PROBLEM, b'{"status": 400}')
+        answer = super().__call__(headers, body)
+        ident = json.loads(answer.body).get("id")
+        if ident is None:
+            return answer
+        return Answer(answer.status, answer.headers, json.dumps({"id": -ident}).encode())
+
+
+@pytest.mark.parametrize("name", ["replay", "storm", "mismatch-422", "key-missing-400"])
+def test_ids_that_do_not_grow_count_nothing_the_scenario_is_not_run_without_a_counter(
+    name: str,
+) -> None:
+    def duplicate(first: Answer, n: int) -> Answer:
+        if name == "mismatch-422" and n == 2:
+            return Answer(422, PROBLEM, b'{"status": 422}')
+        return stamped(first)
+
+    endpoint = RandomIds(duplicate)
+    [result] = scenarios.run_scenarios(Scripted(endpoint), Options(hold=0.01), only=[name])
+    assert result.verdict == NOT_RUN, result
+    assert "needs integer ids in --id-field, or --count-url" in result.evidence[-2]
+    assert run_with(name, RandomIds(duplicate)).verdict == PASS
+
+
+def test_a_breach_the_answers_show_still_fails_when_executions_cannot_be_counted() -> None:
+    # The replay carries no header (strict requires it): proven without counting.
+    endpoint = RandomIds()
+    [result] = scenarios.run_scenarios(Scripted(endpoint), Options(hold=0.01), only=["replay"])
+    assert result.verdict == FAIL, result
+    assert "without 'Idempotent-Replayed: true'" in result.evidence[-2]

@@ -27,11 +27,16 @@ toys: list[URLPattern | URLResolver] = [
     path("toys/check-then-act/", views.check_then_act),
     path("toys/drops-key/", views.drops_key),
     path("toys/reexecutes-stamping-replayed/", views.reexecutes_stamping_replayed),
+    path(
+        "toys/reexecutes-stamping-replayed-string-ids/",
+        views.reexecutes_stamping_replayed_string_ids,
+    ),
 ]
 
 # Correct endpoints that follow another implementation's conventions.
 others: list[URLPattern | URLResolver] = [
     path("others/keyed-by-request-id/", views.keyed_by_request_id),
+    path("others/string-ids/", views.string_ids),
     path("count/", views.count),
 ]
 

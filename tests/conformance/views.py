@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import uuid
 from collections.abc import Callable
 
 from adrf.views import APIView as AsyncAPIView
@@ -302,36 +303,49 @@ def drops_key(request: HttpRequest) -> HttpResponse:
     return _protected_create(request)
 
 
-class _Liar:
-    """Runs the view for every request, then answers a known key with the first answer, stamped."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.answers: dict[str, HttpResponse] = {}
-
-
-_liar = _Liar()
-
-
-@csrf_exempt
-def reexecutes_stamping_replayed(request: HttpRequest) -> HttpResponse:
+def _reexecutes_stamping_replayed(business: View_) -> View_:
     """Every duplicate runs again, yet gets the first answer byte for byte with the replay header.
 
     Only the effects tell: the ids skipped (a gap), or the counter grew.
     """
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return _refuse_bad_keys(request)
-    response = create(request)
-    with _liar.lock:
-        first = _liar.answers.setdefault(key, response)
-    if first is response:
-        return response
-    replay = _replay(first)
-    if first.has_header("Location"):
-        replay["Location"] = first["Location"]
-    return replay
+    lock = threading.Lock()
+    answers: dict[str, HttpResponse] = {}
 
+    def view(request: HttpRequest) -> HttpResponse:
+        key = request.headers.get("Idempotency-Key")
+        if key is None:
+            return _refuse_bad_keys(request)
+        response = business(request)
+        with lock:
+            first = answers.setdefault(key, response)
+        if first is response:
+            return response
+        replay = _replay(first)
+        if first.has_header("Location"):
+            replay["Location"] = first["Location"]
+        return replay
+
+    return csrf_exempt(view)
+
+
+def create_with_string_id(request: HttpRequest) -> HttpResponse:
+    """The business, its answer naming the charge ``ch_<uuid>``: ids that cannot be counted."""
+    amount = _amount(request)
+    if amount is None:
+        return JsonResponse({"error": "send an amount"}, status=400)
+    Charge.objects.create(reference="conformance", amount=amount)
+    ident = f"ch_{uuid.uuid4().hex}"
+    response = JsonResponse({"id": ident, "amount": amount}, status=201)
+    response["Location"] = f"/charges/{ident}"
+    return response
+
+
+reexecutes_stamping_replayed = _reexecutes_stamping_replayed(create)
+reexecutes_stamping_replayed_string_ids = _reexecutes_stamping_replayed(create_with_string_id)
+"""The same liar with ``ch_<uuid>`` ids: without a counter nothing shows its second charges."""
+
+string_ids = csrf_exempt(idempotent(conformance_hooks(create_with_string_id)))
+"""Correct, with ``ch_<uuid>`` ids: only a counter can show that nothing ran twice."""
 
 keyed_by_request_id = csrf_exempt(idempotent(header="X-Request-ID")(conformance_hooks(create)))
 """Correct, but keyed by ``X-Request-ID``: a runner sending ``Idempotency-Key`` is ignored."""
