@@ -269,7 +269,9 @@ def opened(
     end = _LENGTH.size + length
     headers = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
     pairs = [(str(name), str(value)) for name, value in headers]
-    return StoredResponse(sealed.status, pairs, data[end:], sealed.reason, sealed=sealed.blob)
+    # Only a version-2 blob is reused by the replay cache (which opens nothing older).
+    reused = sealed.blob if sealed.blob[:1] == VERSION else b""
+    return StoredResponse(sealed.status, pairs, data[end:], sealed.reason, sealed=reused)
 
 
 def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:

@@ -427,6 +427,23 @@ def test_another_deployment_sharing_secret_key_and_redis_never_gets_a_cached_ans
     assert charges(key) == 2
 
 
+@pytest.mark.requires_redis
+def test_a_0_4_3_answer_replayed_in_the_window_is_cached_under_version_2(
+    client: Client, redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = new_key()
+    first = post(client, "/mint/", key)
+    entry = IdempotencyEntry.objects.get(key=key)
+    old = sealed_as_0_4_3("", key, stored_answer(entry))
+    IdempotencyEntry.objects.filter(pk=entry.pk).update(response_body=old)
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True):
+        assert post(client, "/mint/", key).content == first.content  # fills the cache
+    with caplog.at_level(logging.WARNING, logger="idempotency_django"):
+        replay = post(client, "/mint/", key)  # the window closed: the cache answers
+    assert replay.content == first.content
+    assert "cache value" not in caplog.text
+
+
 # -- redaction: what a replay may give whoever holds the key --------------------------------
 
 
