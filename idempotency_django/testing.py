@@ -265,9 +265,11 @@ def run_conformance(
     ``other_client`` is a second caller (other credentials): without it, the
     ``other-caller`` scenario is not run. ``executions`` counts the view's effects
     (e.g. ``Charge.objects.count``), read before and after each scenario: "nothing ran"
-    is then exact. ``profile`` is ``"strict"`` (this library's contract) or ``"draft"``
-    (the IETF draft's requirements; its recommendations become ``Result.warnings``);
-    ``key_format`` ``"token"`` or ``"uuid"`` (plain UUIDs). Concurrent scenarios
+    is then exact; without it only integer ids that grow count executions, and on a
+    view with other ids the scenarios resting on counting are ``not run``. ``profile``
+    is ``"strict"`` (this library's contract) or ``"draft"`` (the IETF draft's
+    requirements; its recommendations become ``Result.warnings``); ``key_format``
+    ``"token"`` or ``"uuid"`` (plain UUIDs). Concurrent scenarios
     (the storm, an in-flight duplicate) need a test that commits (``transaction=True``);
     inside a ``TestCase`` the storm runs sequentially and the in-flight one is not run.
     """
