@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -134,8 +135,10 @@ def test_the_admin_add_form_is_saved_once_and_replayed_under_the_middleware(
     ]
     [key] = keys_of(staff, "/forms-admin/testapp/charge/add/")
     data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}
-    first = staff.post("/forms-admin/testapp/charge/add/", data)
-    again = staff.post("/forms-admin/testapp/charge/add/", data)
+    # Urlencoded, as a browser posts it: the switch reads this body's key field.
+    body, form = urlencode(data), "application/x-www-form-urlencoded"
+    first = staff.post("/forms-admin/testapp/charge/add/", body, form)
+    again = staff.post("/forms-admin/testapp/charge/add/", body, form)
     assert first.status_code == again.status_code == 302
     assert again["Idempotent-Replayed"] == "true"
     assert Charge.objects.count() == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -41,6 +42,11 @@ def with_middleware(settings: Any) -> None:
     settings.MIDDLEWARE = MIDDLEWARE
 
 
+def browser_post(client: Client, path: str, data: dict[str, str], **extra: Any) -> Any:
+    """A form post as a browser sends it (urlencoded: the test client's default is multipart)."""
+    return client.post(path, urlencode(data), "application/x-www-form-urlencoded", **extra)
+
+
 def _form(key: str | None, **fields: str) -> dict[str, str]:
     data = {"reference": "order-1", **fields}
     return data if key is None else {**data, FIELD_NAME: key}
@@ -48,8 +54,8 @@ def _form(key: str | None, **fields: str) -> dict[str, str]:
 
 def test_the_middleware_protects_a_plain_view_posted_with_a_form_key(client: Client) -> None:
     key = str(uuid.uuid4())
-    first = client.post("/forms/plain/", _form(key))
-    again = client.post("/forms/plain/", _form(key))
+    first = browser_post(client, "/forms/plain/", _form(key))
+    again = browser_post(client, "/forms/plain/", _form(key))
     assert first.status_code == again.status_code == 302
     assert again["Location"] == first["Location"]
     assert again["Idempotent-Replayed"] == "true"
@@ -71,8 +77,8 @@ def test_the_middleware_lets_a_request_without_a_key_through(client: Client) -> 
 
 def test_an_exempt_view_is_never_protected_by_the_middleware(client: Client) -> None:
     key = str(uuid.uuid4())
-    client.post("/forms/exempt/", _form(key))
-    client.post("/forms/exempt/", _form(key))
+    browser_post(client, "/forms/exempt/", _form(key))
+    browser_post(client, "/forms/exempt/", _form(key))
     assert Charge.objects.count() == 2
 
 
@@ -84,8 +90,8 @@ def test_idempotency_exempt_is_exported_from_the_package() -> None:
 
 def test_a_view_that_protects_itself_is_protected_once_not_twice(client: Client) -> None:
     key = str(uuid.uuid4())
-    first = client.post("/forms/create/", _form(key, amount="1"))
-    again = client.post("/forms/create/", _form(key, amount="1"))
+    first = browser_post(client, "/forms/create/", _form(key, amount="1"))
+    again = browser_post(client, "/forms/create/", _form(key, amount="1"))
     assert again["Idempotent-Replayed"] == "true"
     assert first.status_code == 302
     assert Charge.objects.count() == 1
@@ -98,8 +104,8 @@ def test_a_view_protecting_itself_below_the_url_is_claimed_once_under_the_middle
     # A handler under @method_decorator(idempotent), or an @idempotent view another one
     # calls: one claim, one effect, and the repeat replays (not a 409 against itself).
     key = str(uuid.uuid4())
-    first = client.post(path, _form(key))
-    again = client.post(path, _form(key))
+    first = browser_post(client, path, _form(key))
+    again = browser_post(client, path, _form(key))
     assert first.status_code == again.status_code == 302
     assert again["Idempotent-Replayed"] == "true"
     assert Charge.objects.count() == IdempotencyEntry.objects.count() == 1
@@ -131,7 +137,7 @@ def test_a_keyed_post_without_its_csrf_token_is_refused_though_csrf_comes_after(
     csrf = "django.middleware.csrf.CsrfViewMiddleware"
     settings.MIDDLEWARE = [*MIDDLEWARE, csrf]
     client = Client(enforce_csrf_checks=True)
-    refused = client.post("/forms/plain/", _form(str(uuid.uuid4())))
+    refused = browser_post(client, "/forms/plain/", _form(str(uuid.uuid4())))
     assert refused.status_code == 403
     assert Charge.objects.count() == IdempotencyEntry.objects.count() == 0
 
@@ -140,8 +146,8 @@ def test_a_csrf_exempt_view_is_protected_without_a_token(settings: Any) -> None:
     settings.MIDDLEWARE = [*MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
     client = Client(enforce_csrf_checks=True)
     key = str(uuid.uuid4())
-    first = client.post("/forms/csrf-exempt/", _form(key))
-    again = client.post("/forms/csrf-exempt/", _form(key))
+    first = browser_post(client, "/forms/csrf-exempt/", _form(key))
+    again = browser_post(client, "/forms/csrf-exempt/", _form(key))
     assert first.status_code == again.status_code == 302
     assert again["Idempotent-Replayed"] == "true"
     assert Charge.objects.count() == 1
@@ -279,7 +285,7 @@ def test_two_users_sending_one_key_through_the_middleware_never_share_an_answer(
     for name in ("ann", "bob"):
         client = Client()
         client.force_login(django_user_model.objects.create_user(name))
-        answers.append(client.post("/forms/plain/", _form(key, reference=name)))
+        answers.append(browser_post(client, "/forms/plain/", _form(key, reference=name)))
     assert all("Idempotent-Replayed" not in answer for answer in answers)
     assert Charge.objects.count() == 2
 
