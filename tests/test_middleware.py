@@ -183,6 +183,16 @@ def test_a_multipart_form_is_protected_by_the_switch_through_its_header_only(
     assert Charge.objects.count() == 3
 
 
+@pytest.mark.parametrize("stack", ["strawberry", "graphene"])
+def test_a_graphql_view_executing_with_the_adapters_context_is_left_to_its_fields(
+    stack: str,
+) -> None:
+    module = pytest.importorskip(f"tests.testapp.{stack}_api")
+    protected, *_, misconfigured = (pattern.callback for pattern in module.urlpatterns)
+    assert not protects(_keyed("/graphql/"), protected)
+    assert protects(_keyed("/graphql/"), misconfigured)  # no context: the switch's to protect
+
+
 def _keyed(path: str) -> Any:
     return RequestFactory().post(path, {}, content_type=JSON, headers={"Idempotency-Key": "k"})
 
