@@ -11,7 +11,8 @@ from django.test import Client
 from idempotency_django.django_tasks import KEY_ARGUMENT
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import OutboxError, enqueue, relay
-from idempotency_django.outbox.backends import DJANGO_TASKS, is_django_task, publish
+from idempotency_django.outbox.backends import DJANGO_TASKS, is_django_task
+from idempotency_django.outbox.delivery import dispatch
 from idempotency_django.outbox.models import OutboxMessage
 from tests import dj_tasks
 from tests.helpers import new_key, post
@@ -45,8 +46,8 @@ def test_a_row_published_again_runs_once() -> None:
     with transaction.atomic():
         enqueue(dj_tasks.immediate_by_result_id, "t2", key="outbox-t2")
     row = OutboxMessage.objects.get()
-    publish(row)
-    publish(row)
+    dispatch(row)
+    dispatch(row)
     assert charges("t2") == 1
     assert relay(ignore_schedule=True) == {"sent": 0, "failed": 0}
 

@@ -86,3 +86,13 @@ def test_no_base_room_is_on_an_import_circle(graph: dict[str, set[str]], room: s
 def test_the_graph_sees_function_level_imports(graph: dict[str, set[str]]) -> None:
     """``secret`` imports ``models`` only inside functions (the models need the app)."""
     assert "models" in graph["secret"]
+
+
+OUTBOX = ("outbox.api", "outbox.backends", "outbox.delivery", "outbox.broker", "outbox.errors")
+
+
+@pytest.mark.parametrize("room", OUTBOX)
+def test_no_outbox_room_is_on_an_import_circle(graph: dict[str, set[str]], room: str) -> None:
+    """0.3's ``api`` ↔ ``backends`` ↔ ``delivery`` circle: enqueue, then publish, one way down."""
+    rooms = {name: graph[name] & set(OUTBOX) for name in OUTBOX}
+    assert room not in _reachable(rooms, room), f"{room} imports itself through others"

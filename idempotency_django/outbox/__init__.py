@@ -13,7 +13,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from idempotency_django.outbox.api import OutboxError, enqueue
+from idempotency_django.outbox.api import enqueue
+from idempotency_django.outbox.errors import OutboxError
 
 if TYPE_CHECKING:
     from idempotency_django.outbox.delivery import (

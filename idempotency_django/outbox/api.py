@@ -9,13 +9,10 @@ from typing import Any, Protocol
 from django.db import transaction
 
 from idempotency_django.databases import default_alias
+from idempotency_django.outbox.errors import OutboxError
 
 #: How long the relay leaves a fresh row to the on_commit fast path.
 FAST_PATH_GRACE = timedelta(seconds=10)
-
-
-class OutboxError(RuntimeError):
-    """The outbox was used in a way that cannot keep its promise (a programming error)."""
 
 
 class _Named(Protocol):

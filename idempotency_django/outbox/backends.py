@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from django.utils.module_loading import import_string
 
+from idempotency_django.outbox.errors import OutboxError
+
 #: The key of ``OutboxMessage.options`` that marks a ``django.tasks`` row.
 DJANGO_TASKS: Final = "django.tasks"
 _TASK_OPTIONS: Final = frozenset({"backend", "queue_name", "priority"})
@@ -23,8 +25,6 @@ _TASK_OPTIONS: Final = frozenset({"backend", "queue_name", "priority"})
 
 def describe(task_or_name: Any, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """The row's ``task`` and ``options`` for ``enqueue(task_or_name, ..., options=options)``."""
-    from idempotency_django.outbox.api import OutboxError
-
     if not is_django_task(task_or_name):
         name = task_or_name if isinstance(task_or_name, str) else task_or_name.name
         return name, options or {}
@@ -59,18 +59,14 @@ def _task_types() -> Iterator[type]:
             yield module.Task
 
 
-def publish(row: Any, timeout: float | None = None) -> None:
-    """Publish one :class:`~idempotency_django.outbox.models.OutboxMessage` where it belongs.
-
-    ``timeout`` bounds a Celery publish (see ``delivery.publish``); a ``django.tasks``
-    backend's ``enqueue()`` has no such bound.
-    """
+def django_tasks_options(row: Any) -> dict[str, Any] | None:
+    """A ``django.tasks`` row's backend, queue and priority; ``None`` for a Celery row."""
     chosen = row.options.get(DJANGO_TASKS) if isinstance(row.options, dict) else None
-    if chosen is None:
-        from idempotency_django.outbox.delivery import publish as publish_to_celery
+    return chosen if isinstance(chosen, dict) else None
 
-        publish_to_celery(row, timeout)
-        return
+
+def enqueue_django_task(row: Any, chosen: dict[str, Any]) -> None:
+    """Enqueue a ``django.tasks`` row with its backend, its key as an argument (no bound)."""
     from idempotency_django.django_tasks import KEY_ARGUMENT
 
     # The ImmediateBackend runs it here; a failure becomes its result, not the publish's.

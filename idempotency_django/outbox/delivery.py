@@ -62,6 +62,19 @@ def publish(row: OutboxMessage, timeout: float | None = None) -> None:
     broker.send(current_app, row, RELAY_TIMEOUT if timeout is None else timeout)
 
 
+def dispatch(row: OutboxMessage, timeout: float | None = None) -> None:
+    """Publish one row where it belongs: to its ``django.tasks`` backend, else to Celery.
+
+    ``timeout`` bounds a Celery publish (:func:`publish`); a ``django.tasks``
+    backend's ``enqueue()`` has no such bound.
+    """
+    chosen = backends.django_tasks_options(row)
+    if chosen is None:
+        publish(row, timeout)
+    else:
+        backends.enqueue_django_task(row, chosen)
+
+
 def publish_after_commit(pk: int, using: str) -> None:
     """The fast path, run by ``on_commit``: publish one row now, never raise.
 
@@ -75,7 +88,7 @@ def publish_after_commit(pk: int, using: str) -> None:
         with transaction.atomic(using=using):
             rows = _locked(using).filter(pk=pk)
             for row in rows:
-                fast = functools.partial(backends.publish, timeout=FAST_TIMEOUT)
+                fast = functools.partial(dispatch, timeout=FAST_TIMEOUT)
                 if not _deliver(row, using, fast, how="fast"):
                     _paused_until[0] = time.monotonic() + FAST_PATH_PAUSE
     except Exception:
@@ -101,7 +114,7 @@ def relay(
     tried: list[int] = []
     while True:
         sent, failed = _relay_batch(
-            alias, batch_size, publisher or backends.publish, ignore_schedule, tried
+            alias, batch_size, publisher or dispatch, ignore_schedule, tried
         )
         counts["sent"] += sent
         counts["failed"] += failed
