@@ -121,7 +121,7 @@ def _both(
 
 
 def _inserting_claim() -> Callable[[], None]:
-    from idempotency_django.store import readonly
+    from idempotency_django._storage.store import readonly
 
     readonly.ENABLED = False
     return lambda: setattr(readonly, "ENABLED", True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from idempotency_django.store import pg
-from idempotency_django.store.sql import Claim, Existing, Found, Target
+from idempotency_django._storage.store import pg
+from idempotency_django._storage.store.sql import Claim, Existing, Found, Target
 
 LEASE = timedelta(seconds=60)
 TTL = timedelta(hours=24)

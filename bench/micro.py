@@ -18,9 +18,10 @@ from types import ModuleType
 
 from bench.measure import Sample, timed
 from bench.receivers import Receivers
-from idempotency_django import cache, signals
-from idempotency_django.responses import StoredResponse
-from idempotency_django.seal import Sealed
+from idempotency_django import signals
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import cache
+from idempotency_django._storage.seal import Sealed
 
 ANSWER = StoredResponse(
     201,

@@ -1,7 +1,7 @@
 """``python -m bench.seal``: what sealing stored answers at rest costs, beside the floor.
 
-A first execution seals its answer once (:func:`idempotency_django.seal.seal`);
-a replay opens it once (:func:`~idempotency_django.seal.opened`). Both are timed
+A first execution seals its answer once (:func:`idempotency_django._storage.seal.seal`);
+a replay opens it once (:func:`~idempotency_django._storage.seal.opened`). Both are timed
 alone, in a loop, at a 2 KB JSON body with the usual headers, interleaved with
 the floor: psycopg alone sending the claim's INSERT and the record's UPDATE on a
 UNIQUE(tenant, key) table (what any idempotency layer must send; see
@@ -38,8 +38,8 @@ def body(size: int = 2048) -> bytes:
 
 
 def seal_cases() -> dict[str, Sample]:
-    from idempotency_django import seal
-    from idempotency_django.responses import StoredResponse
+    from idempotency_django._protocol.responses import StoredResponse
+    from idempotency_django._storage import seal
 
     answer = StoredResponse(
         201,
@@ -92,12 +92,12 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from idempotency_django import seal
+    from idempotency_django._storage import seal
 
     # An explicit key: the cost measured is the cipher's, not the secret's first read.
     settings.IDEMPOTENCY_ENCRYPTION_KEYS = [seal.new_key()]
     # The identity a server holds after its first read: no database is set up here.
-    from idempotency_django import secret
+    from idempotency_django._storage import secret
 
     secret._cache[secret._IDENTITY + "default"] = os.urandom(16)
     cases = seal_cases()

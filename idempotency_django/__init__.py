@@ -17,21 +17,21 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from idempotency_django.access import idempotency_of
+    from idempotency_django._adapters.access import idempotency_of
+    from idempotency_django._adapters.decorators import idempotent
+    from idempotency_django._protocol.core import IdempotencyContext, IdempotentRequest
     from idempotency_django.calls import idempotent_call, idempotent_function
-    from idempotency_django.core import IdempotencyContext, IdempotentRequest
-    from idempotency_django.decorators import idempotent
     from idempotency_django.middleware import idempotency_exempt
 
     __version__: str
 
 _LAZY = {
-    "idempotent": "idempotency_django.decorators",
+    "idempotent": "idempotency_django._adapters.decorators",
     "idempotent_call": "idempotency_django.calls",
     "idempotent_function": "idempotency_django.calls",
-    "IdempotencyContext": "idempotency_django.core",
-    "IdempotentRequest": "idempotency_django.core",
-    "idempotency_of": "idempotency_django.access",
+    "IdempotencyContext": "idempotency_django._protocol.core",
+    "IdempotentRequest": "idempotency_django._protocol.core",
+    "idempotency_of": "idempotency_django._adapters.access",
     "idempotency_exempt": "idempotency_django.middleware",
 }
 

@@ -21,12 +21,12 @@ from django.utils.html import format_html
 from django.utils.translation import ngettext
 
 from idempotency_django import lookup, purge
+from idempotency_django._adapters.decorators import handle
+from idempotency_django._protocol.keys import readable
+from idempotency_django._protocol.options import Options, check_option_names
 from idempotency_django.databases import possible_aliases
-from idempotency_django.decorators import handle
 from idempotency_django.forms import hidden_input
-from idempotency_django.keys import readable
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import Options, check_option_names
 
 if TYPE_CHECKING:
     EntryAdminBase = admin.ModelAdmin[IdempotencyEntry]

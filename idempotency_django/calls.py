@@ -16,17 +16,22 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import databases, signals
-from idempotency_django.conf import as_timedelta, conf
+from idempotency_django._conf import as_timedelta, conf
+from idempotency_django._protocol.execution import Run, claimed
+from idempotency_django._protocol.fingerprint import (
+    arguments_digest,
+    bound_arguments,
+    keyed,
+    signature_of,
+)
+from idempotency_django._protocol.keys import SEPARATOR
+from idempotency_django._protocol.options import check_options, protocol_for
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage.secret import derive_key
+from idempotency_django._storage.serializers import JSONSerializer, Serializer
+from idempotency_django._storage.store.sql import Target
 from idempotency_django.exceptions import IdempotencyError, NestedRefusal
-from idempotency_django.execution import Run, claimed
-from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
-from idempotency_django.keys import SEPARATOR
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import check_options, protocol_for
-from idempotency_django.responses import StoredResponse
-from idempotency_django.secret import derive_key
-from idempotency_django.serializers import JSONSerializer, Serializer
-from idempotency_django.store.sql import Target
 
 P = ParamSpec("P")
 R = TypeVar("R")

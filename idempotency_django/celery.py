@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     from celery import Task, current_task
@@ -29,13 +29,13 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "celery")
 
-from idempotency_django.conf import conf
+from idempotency_django._adapters.task_options import KeyOf, TaskPolicy, TenantOf
+from idempotency_django._conf import conf
+from idempotency_django._protocol.fingerprint import bound_arguments, signature_of
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
-from idempotency_django.fingerprint import bound_arguments, signature_of
-from idempotency_django.task_options import KeyOf, TaskPolicy, TenantOf
 
 if TYPE_CHECKING:
-    from idempotency_django.serializers import Serializer
+    from idempotency_django._storage.serializers import Serializer
 
 __all__ = ["idempotent_task"]
 

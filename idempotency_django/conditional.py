@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 from django.db import models
 from django.http import HttpRequest, HttpResponse
 
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.exceptions import (
     IdempotencyError,
     PreconditionFailed,
     PreconditionRequired,
 )
-from idempotency_django.responses import problem_response
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., HttpResponse])
 EtagOf = Callable[..., object]

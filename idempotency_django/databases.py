@@ -26,7 +26,8 @@ from django.db.backends.signals import connection_created
 from django.http import HttpRequest
 from django.utils.module_loading import import_string
 
-from idempotency_django import driver_cursors, signals
+from idempotency_django import signals
+from idempotency_django._storage import driver_cursors
 
 logger = logging.getLogger("idempotency_django")
 Chooser: TypeAlias = Callable[[HttpRequest], str]

@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from idempotency_django._adapters.extras import raise_missing_extra
+from idempotency_django._adapters.task_options import TaskPolicy
+from idempotency_django._conf import conf
+from idempotency_django._protocol.fingerprint import bound_arguments, signature_of
 from idempotency_django.calls import idempotent_call
-from idempotency_django.conf import conf
 from idempotency_django.consumers.classify import handler_errors
 from idempotency_django.exceptions import RequestInProgress
-from idempotency_django.extras import raise_missing_extra
-from idempotency_django.fingerprint import bound_arguments, signature_of
-from idempotency_django.task_options import TaskPolicy
 
 if TYPE_CHECKING:
     from django.tasks import Task, TaskContext
 
-    from idempotency_django.serializers import Serializer
+    from idempotency_django._storage.serializers import Serializer
 else:
     try:  # Django >= 6.0
         from django.tasks import Task, TaskContext

@@ -19,9 +19,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from idempotency_django._protocol.keys import FORM_TYPES
+from idempotency_django._protocol.options import Options, Policy
 from idempotency_django.client.policy import new_key
-from idempotency_django.keys import FORM_TYPES
-from idempotency_django.options import Options, Policy
 from idempotency_django.tenants import user_pk
 
 FIELD_NAME = "idempotency_key"

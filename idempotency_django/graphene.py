@@ -27,7 +27,7 @@ from datetime import timedelta
 from inspect import iscoroutinefunction
 from typing import Any, TypeVar, overload
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import graphene
@@ -35,10 +35,10 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
     raise_missing_extra(error, __name__, "graphene")
 from graphql import ExecutionContext, GraphQLField
 
-from idempotency_django import graphql_fields
-from idempotency_django.conf import TenantResolver, conf
-from idempotency_django.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
-from idempotency_django.options import Options
+from idempotency_django._adapters import graphql_fields
+from idempotency_django._adapters.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django._conf import TenantResolver, conf
+from idempotency_django._protocol.options import Options
 
 MutationClass = TypeVar("MutationClass", bound=type[graphene.Mutation])
 _PROTECTION = "_idempotency_protection"  # on a protected mutation's resolver

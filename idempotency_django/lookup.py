@@ -17,16 +17,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.models.functions import Now
 
-from idempotency_django import purge, seal
+from idempotency_django import purge
+from idempotency_django._conf import conf
+from idempotency_django._protocol.options import protocol_for
+from idempotency_django._protocol.redact import is_redacted
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
+from idempotency_django._storage.store import pg
+from idempotency_django._storage.store.sql import Target
 from idempotency_django.calls import namespaced
-from idempotency_django.conf import conf
 from idempotency_django.databases import default_alias
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import protocol_for
-from idempotency_django.redact import is_redacted
-from idempotency_django.responses import StoredResponse
-from idempotency_django.store import pg
-from idempotency_django.store.sql import Target
 
 # The admin's and the logs' ``[scope] key`` form of a call's or task's key (keys.readable).
 _READABLE = re.compile(r"\[(?P<scope>[^\]]+)\] (?P<key>.+)", re.DOTALL)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import mcp_server  # noqa: F401
@@ -36,11 +36,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from mcp_server.djangomcp import django_request_ctx
 
+from idempotency_django._conf import TenantResolver
+from idempotency_django._protocol.fingerprint import arguments_digest
+from idempotency_django._protocol.options import Options
 from idempotency_django.calls import idempotent_call
-from idempotency_django.conf import TenantResolver
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
-from idempotency_django.fingerprint import arguments_digest
-from idempotency_django.options import Options
 
 Tool = TypeVar("Tool", bound=Callable[..., Any])
 KEY_ARGUMENT = "idempotency_key"

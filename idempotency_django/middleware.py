@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse
 
-from idempotency_django.core import SWITCH_CLAIMED
-from idempotency_django.decorators import EntriesDatabase, handle
+from idempotency_django._adapters.decorators import EntriesDatabase, handle
+from idempotency_django._protocol.core import SWITCH_CLAIMED
+from idempotency_django._protocol.keys import form_field
+from idempotency_django._protocol.options import SAFE_METHODS, Options
 from idempotency_django.forms import FIELD_NAME, is_form_post
-from idempotency_django.keys import form_field
-from idempotency_django.options import SAFE_METHODS, Options
 
 if TYPE_CHECKING:
     from ninja.operation import Operation

@@ -7,7 +7,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from idempotency_django.keys import readable
+from idempotency_django._protocol.keys import readable
 
 
 class IdempotencyEntry(models.Model):

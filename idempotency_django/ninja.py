@@ -29,7 +29,7 @@ from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.utils.encoding import force_bytes
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import ninja  # noqa: F401
@@ -38,14 +38,15 @@ except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subproces
 from ninja.decorators import decorate_view
 from ninja.operation import Operation
 
-from idempotency_django import core, openapi
-from idempotency_django.conf import TenantResolver, conf
+from idempotency_django._adapters import openapi
+from idempotency_django._conf import TenantResolver, conf
+from idempotency_django._protocol import core
+from idempotency_django._protocol.fingerprint import Fingerprinter
+from idempotency_django._protocol.options import KeyExtractor, Options, check_option_names
+from idempotency_django._protocol.redact import Redactor
+from idempotency_django._protocol.responses import PROBLEM_CONTENT_TYPE, problem_response
+from idempotency_django._storage.secret import server_secret
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.fingerprint import Fingerprinter
-from idempotency_django.options import KeyExtractor, Options, check_option_names
-from idempotency_django.redact import Redactor
-from idempotency_django.responses import PROBLEM_CONTENT_TYPE, problem_response
-from idempotency_django.secret import server_secret
 
 Func = TypeVar("Func", bound=Callable[..., Any])
 

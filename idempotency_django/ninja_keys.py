@@ -11,7 +11,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import ninja  # noqa: F401
@@ -22,9 +22,9 @@ from ninja.constants import NOT_SET
 from ninja.decorators import decorate_view
 
 from idempotency_django import ninja as adapter
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.responses import problem_response
 from idempotency_django.views import caller_key_status, never_cached, status_response
 
 

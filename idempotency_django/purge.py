@@ -21,8 +21,8 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import signals
+from idempotency_django._storage.store import mysql, sql
 from idempotency_django.databases import default_alias
-from idempotency_django.store import mysql, sql
 
 logger = logging.getLogger("idempotency_django")
 DEFAULT_BATCH_SIZE = 1000

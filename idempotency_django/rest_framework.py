@@ -22,7 +22,7 @@ from django.db import connections, transaction
 from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     from rest_framework import exceptions
@@ -32,9 +32,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django import core, throttling
-from idempotency_django.conf import MAX_TTL, bounded, conf
-from idempotency_django.decorators import EntriesDatabase
+from idempotency_django._adapters import throttling
+from idempotency_django._adapters.decorators import EntriesDatabase
+from idempotency_django._conf import MAX_TTL, bounded, conf
+from idempotency_django._protocol import core
+from idempotency_django._protocol.fingerprint import digest, snapshot
+from idempotency_django._protocol.options import Options, Policy
+from idempotency_django._protocol.redact import Redactor
+from idempotency_django._protocol.responses import problem_response, require_plain
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMalformed,
@@ -43,10 +48,6 @@ from idempotency_django.exceptions import (
     RequestInProgress,
     StoreUnavailable,
 )
-from idempotency_django.fingerprint import digest, snapshot
-from idempotency_django.options import Options, Policy
-from idempotency_django.redact import Redactor
-from idempotency_django.responses import problem_response, require_plain
 
 if TYPE_CHECKING:
     _Base = APIView

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import rest_framework  # noqa: F401
@@ -22,9 +22,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency_django.conf import conf
+from idempotency_django._conf import conf
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.responses import problem_response
 from idempotency_django.views import caller_key_status, private, status_response
 
 

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.dispatch import Signal
 from django.utils.encoding import force_bytes
 
-from idempotency_django.conf import conf
+from idempotency_django._conf import conf
 
 if TYPE_CHECKING:
     from idempotency_django.exceptions import IdempotencyError

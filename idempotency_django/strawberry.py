@@ -23,7 +23,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import strawberry  # noqa: F401
@@ -41,10 +41,10 @@ from strawberry.types import Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.field import StrawberryField
 
-from idempotency_django import graphql_fields
-from idempotency_django.conf import TenantResolver, conf
-from idempotency_django.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
-from idempotency_django.options import Options
+from idempotency_django._adapters import graphql_fields
+from idempotency_django._adapters.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django._conf import TenantResolver, conf
+from idempotency_django._protocol.options import Options
 
 _DEFINITION = "strawberry-definition"  # where Strawberry keeps a GraphQLField's StrawberryField
 _PYTHON_NAME = "idempotency_key"

@@ -222,7 +222,7 @@ def _assert_error(response: Any, error: type[IdempotencyError]) -> dict[str, Any
 
 def _meta_name(header: str | None) -> str:
     if header is None:
-        from idempotency_django.conf import conf
+        from idempotency_django._conf import conf
 
         header = conf.HEADER
     return "HTTP_" + header.upper().replace("-", "_")
@@ -273,7 +273,7 @@ def run_conformance(
     (the storm, an in-flight duplicate) need a test that commits (``transaction=True``);
     inside a ``TestCase`` the storm runs sequentially and the in-flight one is not run.
     """
-    from idempotency_django.conf import conf
+    from idempotency_django._conf import conf
 
     transport = ClientTransport(client, path, other_client)
     if profile not in PROFILES or key_format not in KEY_FORMATS:

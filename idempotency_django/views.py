@@ -23,15 +23,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.http import require_safe
 from django.views.generic.edit import BaseDeleteView
 
-from idempotency_django.conf import conf
-from idempotency_django.core import store_errors
+from idempotency_django._adapters.decorators import EntriesDatabase, handle
+from idempotency_django._conf import conf
+from idempotency_django._protocol.core import store_errors
+from idempotency_django._protocol.keys import parse_key
+from idempotency_django._protocol.options import Options, check_option_names
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_alias
-from idempotency_django.decorators import EntriesDatabase, handle
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
-from idempotency_django.keys import parse_key
 from idempotency_django.lookup import KeyStatus, lookup
-from idempotency_django.options import Options, check_option_names
-from idempotency_django.responses import problem_response
 
 # Per caller and changing, refusals included: never from a shared cache, never kept.
 PRIVATE = "private, no-store"

@@ -70,7 +70,7 @@ if CLAIM_FORM not in ("read-only", "inserting"):
 
 @pytest.fixture(autouse=True, scope="session")
 def _claim_form() -> None:
-    from idempotency_django.store import readonly
+    from idempotency_django._storage.store import readonly
 
     readonly.ENABLED = CLAIM_FORM == "read-only"
 

@@ -12,8 +12,8 @@ from typing import Any
 from django.db import connection, connections
 from django.test import Client
 
-from idempotency_django import seal
-from idempotency_django.responses import StoredResponse
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
 from tests.testapp.models import Charge
 
 

@@ -22,7 +22,7 @@ import psycopg
 from django.db import connection, connections
 from django.test import Client
 
-from idempotency_django.store.sql import Target
+from idempotency_django._storage.store.sql import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 PATH = "/protocols/charges/"  # tests.testapp.lock_views.by_headers
@@ -196,7 +196,7 @@ import sys
 import django
 django.setup()
 from django.test import Client
-from idempotency_django.store import readonly
+from idempotency_django._storage.store import readonly
 readonly.ENABLED = os.environ.get("IDEMPOTENCY_TEST_CLAIM", "read-only") == "read-only"
 key, protocol, lease, work, body = sys.argv[1:6]
 headers = {"Idempotency-Key": key, "X-Protocol": protocol, "X-Work": work}

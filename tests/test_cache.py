@@ -26,9 +26,9 @@ from django.db.utils import DatabaseError
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from idempotency_django import cache
+from idempotency_django._storage import cache
+from idempotency_django._storage.store import carry
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import carry
 from tests.conftest import reachable, service_missing
 from tests.helpers import charges, new_key, post, problem
 

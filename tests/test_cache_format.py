@@ -21,8 +21,8 @@ from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency_django import cache
-from idempotency_django.seal import Sealed
+from idempotency_django._storage import cache
+from idempotency_django._storage.seal import Sealed
 
 LOCAL: dict[str, Any] = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

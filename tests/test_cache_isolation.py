@@ -14,7 +14,7 @@ import pytest
 from django.core.cache import caches
 from django.test import Client, override_settings
 
-from idempotency_django import cache, secret
+from idempotency_django._storage import cache, secret
 from idempotency_django.models import IdempotencyDatabase, IdempotencyEntry
 from tests.helpers import charges, new_key, post
 

@@ -14,10 +14,15 @@ from celery import _state as celery_state
 from celery.exceptions import Retry
 from django.test import override_settings
 
+from idempotency_django._protocol.fingerprint import (
+    arguments_digest,
+    bound_arguments,
+    keyed,
+    signature_of,
+)
 from idempotency_django.calls import idempotent_call, idempotent_function, namespaced
 from idempotency_django.celery import idempotent_task
 from idempotency_django.exceptions import NestedRefusal, RequestInProgress, StoreUnavailable
-from idempotency_django.fingerprint import arguments_digest, bound_arguments, keyed, signature_of
 from tests.factories import IdempotencyEntryFactory
 from tests.testapp.models import Charge
 

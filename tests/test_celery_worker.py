@@ -18,11 +18,11 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
+from idempotency_django._protocol.fingerprint import arguments_digest, keyed
+from idempotency_django._storage.store import lease
+from idempotency_django._storage.store.sql import Claim, Target
 from idempotency_django.calls import idempotent_call, namespaced
-from idempotency_django.fingerprint import arguments_digest, keyed
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import lease
-from idempotency_django.store.sql import Claim, Target
 from tests import celery_harness
 from tests.helpers import charges
 from tests.system.harness import TcpProxy

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from idempotency_django.checks import check_settings
+from idempotency_django._operations.checks import check_settings
 
 
 def ids(**settings: Any) -> list[str]:
@@ -83,7 +83,7 @@ def test_check_ids_are_unique() -> None:
     import inspect
     import re
 
-    from idempotency_django import checks
+    from idempotency_django._operations import checks
 
     found = re.findall(r'"(E\d{3})"', inspect.getsource(checks))
     assert len(found) == len(set(found))
@@ -99,7 +99,7 @@ def test_manage_py_check_fails_on_a_bad_value() -> None:
 
 
 def test_unsupported_database_vendor_is_e011() -> None:
-    from idempotency_django.checks import check_database_vendor
+    from idempotency_django._operations.checks import check_database_vendor
 
     assert [m.id for m in check_database_vendor("default", "oracle")] == ["idempotency_django.E011"]
     assert check_database_vendor("default", "postgresql") == []
@@ -110,7 +110,7 @@ def test_unsupported_database_vendor_is_e011() -> None:
 def test_mysql_without_its_driver_is_e070_naming_the_system_packages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from idempotency_django.checks import check_mysql_driver
+    from idempotency_django._operations.checks import check_mysql_driver
 
     # A driver that imports (tox's environments don't install mysqlclient).
     monkeypatch.setitem(sys.modules, "MySQLdb", types.ModuleType("MySQLdb"))
@@ -152,7 +152,7 @@ def test_e070_replaces_the_backends_import_error_in_the_settings_check(
 def test_mysql_servers_without_skip_locked_are_e071(
     mariadb: bool, version: tuple[int, ...], ok: bool
 ) -> None:
-    from idempotency_django.checks import check_mysql_version
+    from idempotency_django._operations.checks import check_mysql_version
 
     messages = check_mysql_version("default", mariadb, version)
     assert [m.id for m in messages] == ([] if ok else ["idempotency_django.E071"])
@@ -164,7 +164,7 @@ def test_mysql_servers_without_skip_locked_are_e071(
     ("offset", "warned"), [(0, False), (59, False), (3600, True), (-7200, True)]
 )
 def test_mysql_sessions_off_utc_are_w070(offset: int, warned: bool) -> None:
-    from idempotency_django.checks import check_mysql_clock
+    from idempotency_django._operations.checks import check_mysql_clock
 
     messages = check_mysql_clock("default", offset)
     assert [m.id for m in messages] == (["idempotency_django.W070"] if warned else [])
@@ -206,7 +206,7 @@ def test_this_mysql_server_passes_the_database_checks() -> None:
     ],
 )
 def test_e011_names_the_alias_and_the_vendor_with_its_article(vendor: str, phrase: str) -> None:
-    from idempotency_django.checks import check_database_vendor
+    from idempotency_django._operations.checks import check_database_vendor
 
     [message] = check_database_vendor("entries", vendor)
     assert message.msg.startswith(f"IDEMPOTENCY_DATABASE 'entries' {phrase}")
@@ -221,7 +221,7 @@ _AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 
 @pytest.mark.parametrize("after", [_CSRF, _LOGIN_REQUIRED])
 def test_the_middleware_before_one_with_process_view_is_an_error(after: str) -> None:
-    from idempotency_django.checks import check_middleware_order
+    from idempotency_django._operations.checks import check_middleware_order
 
     with override_settings(MIDDLEWARE=[_SESSIONS, _AUTH, _SWITCH, after]):
         [error] = check_middleware_order()
@@ -230,7 +230,7 @@ def test_the_middleware_before_one_with_process_view_is_an_error(after: str) -> 
 
 
 def test_the_middleware_last_or_absent_passes_the_order_check() -> None:
-    from idempotency_django.checks import check_middleware_order
+    from idempotency_django._operations.checks import check_middleware_order
 
     with override_settings(MIDDLEWARE=[_SESSIONS, _CSRF, _AUTH, _LOGIN_REQUIRED, _SWITCH]):
         assert check_middleware_order() == []

@@ -21,9 +21,9 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client
 
+from idempotency_django._storage.store.lease import take_over
+from idempotency_django._storage.store.sql import Target
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store.lease import take_over
-from idempotency_django.store.sql import Target
 from tests import gates
 from tests.helpers import charges, new_key, post, race
 from tests.lock_helpers import query, wait_for, writer_of_charges

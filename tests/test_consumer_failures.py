@@ -90,7 +90,7 @@ def test_the_connection_lost_inside_the_handler_is_a_retry_never_a_failure() -> 
 def test_a_database_error_recording_the_result_is_the_store_unavailable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from idempotency_django.execution import Run
+    from idempotency_django._protocol.execution import Run
 
     def away(*args: Any, **kwargs: Any) -> None:
         raise OperationalError("canceling statement due to statement timeout")

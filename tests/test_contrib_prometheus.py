@@ -228,7 +228,7 @@ def test_importing_the_package_imports_no_prometheus() -> None:
         "import django; from django.conf import settings\n"
         "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
         "django.setup()\n"
-        "import idempotency_django.log, idempotency_django.signals, idempotency_django.contrib\n"
+        "import idempotency_django._operations.log, idempotency_django.signals, idempotency_django.contrib\n"
         "print('ok')\n"
     )
     result = subprocess.run(

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from idempotency_django.checks import SQLITE_ONLY_OPTIONS, check_sqlite_options
+from idempotency_django._operations.checks import SQLITE_ONLY_OPTIONS, check_sqlite_options
 
 SNIPPET_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20}
 

@@ -14,10 +14,10 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 
 from idempotency_django import databases, idempotent
-from idempotency_django.checks import check_database, check_wait_within_pool
-from idempotency_django.decorators import EntriesDatabase
+from idempotency_django._adapters.decorators import EntriesDatabase
+from idempotency_django._operations.checks import check_database, check_wait_within_pool
+from idempotency_django._protocol.options import Options
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import Options
 
 chosen: list[str] = []
 

@@ -13,8 +13,8 @@ from django.core.management import call_command
 from django.db import connections
 from django.test import override_settings
 
-from idempotency_django import deploy_checks
-from idempotency_django.deploy_checks import (
+from idempotency_django._operations import deploy_checks
+from idempotency_django._operations.deploy_checks import (
     PURGE_TASK,
     check_deployment,
     check_setting_names,

@@ -88,7 +88,7 @@ def test_every_check_id_is_documented(built_docs: Path) -> None:
 
 
 def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> None:
-    from idempotency_django import deploy_checks as d
+    from idempotency_django._operations import deploy_checks as d
     from idempotency_django.outbox.checks import check_relay_scheduled
 
     messages = [

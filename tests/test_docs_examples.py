@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.test import AsyncClient, Client, RequestFactory
 
-from idempotency_django.checks import check_sqlite_options
+from idempotency_django._operations.checks import check_sqlite_options
 from sample_project.payments.models import Charge as SampleCharge
 from tests import dj_tasks
 from tests.helpers import new_key

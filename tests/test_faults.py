@@ -14,8 +14,8 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import Client
 
+from idempotency_django._storage.store import carry
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import carry
 from tests.helpers import charges, new_key, post
 
 pytestmark = pytest.mark.django_db(transaction=True)

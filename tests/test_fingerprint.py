@@ -12,7 +12,7 @@ from django.test import AsyncRequestFactory, RequestFactory, override_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency_django.fingerprint import request_fingerprint
+from idempotency_django._protocol.fingerprint import request_fingerprint
 
 JSON = st.recursive(
     st.none()

@@ -19,7 +19,7 @@ from django.test.client import encode_multipart
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency_django.fingerprint import (
+from idempotency_django._protocol.fingerprint import (
     Keyed,
     RequestSnapshot,
     arguments_digest,

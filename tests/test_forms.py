@@ -175,8 +175,8 @@ def test_a_malformed_key_in_a_browser_form_is_a_400_page(client: Client) -> None
 
 
 def test_the_refusal_page_never_links_to_another_site() -> None:
+    from idempotency_django._protocol.responses import problem_response
     from idempotency_django.exceptions import KeyReused
-    from idempotency_django.responses import problem_response
 
     request = RequestFactory().post(
         "/forms/charge/", HTTP_ACCEPT=BROWSER, HTTP_REFERER="https://evil.example/forms/charge/"
@@ -328,7 +328,7 @@ def test_the_visitor_without_a_session_shares_the_anonymous_key_space() -> None:
 
 
 def test_forms_without_sessions_warn_at_start_up(settings: Any) -> None:
-    from idempotency_django.checks import check_form_sessions
+    from idempotency_django._operations.checks import check_form_sessions
 
     settings.MIDDLEWARE = ["idempotency_django.middleware.IdempotencyMiddleware"]
     [warning] = check_form_sessions()
@@ -336,7 +336,7 @@ def test_forms_without_sessions_warn_at_start_up(settings: Any) -> None:
 
 
 def test_forms_with_sessions_or_an_own_resolver_do_not_warn(settings: Any) -> None:
-    from idempotency_django.checks import check_form_sessions
+    from idempotency_django._operations.checks import check_form_sessions
 
     assert check_form_sessions() == []  # the test settings have sessions
     settings.MIDDLEWARE = []
@@ -348,8 +348,8 @@ def test_forms_with_sessions_or_an_own_resolver_do_not_warn(settings: Any) -> No
 
 
 def test_a_form_posts_duplicate_waits_for_the_first_by_default_but_a_views_wait_stands() -> None:
+    from idempotency_django._protocol.options import Options
     from idempotency_django.forms import FORM_WAIT, form_policy
-    from idempotency_django.options import Options
 
     form = RequestFactory().post("/", {"a": "1"})
     api = RequestFactory().post("/", "{}", content_type="application/json")
@@ -360,8 +360,8 @@ def test_a_form_posts_duplicate_waits_for_the_first_by_default_but_a_views_wait_
 
 
 def test_a_refusal_while_the_first_still_runs_is_a_page_that_says_so() -> None:
+    from idempotency_django._protocol.responses import problem_response
     from idempotency_django.exceptions import RequestInProgress
-    from idempotency_django.responses import problem_response
 
     request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER)
     page = problem_response(RequestInProgress(retry_after=2), request)
@@ -389,7 +389,7 @@ def test_the_fingerprint_of_a_form_leaves_out_the_token_and_the_key_but_not_its_
 ) -> None:
     from django.test.client import MULTIPART_CONTENT
 
-    from idempotency_django.fingerprint import request_fingerprint
+    from idempotency_django._protocol.fingerprint import request_fingerprint
 
     def digest(**fields: str) -> str:
         factory = RequestFactory()

@@ -25,8 +25,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import connections
 from django.test import Client, RequestFactory
 
+from idempotency_django._adapters.graphql_fields import DOCS
 from idempotency_django.exceptions import PROBLEM_BASE
-from idempotency_django.graphql_fields import DOCS
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key
 

@@ -33,7 +33,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django import idempotent, purge
-from idempotency_django.checks import check_settings
+from idempotency_django._operations.checks import check_settings
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.rest_framework import IdempotentMixin
 from tests.helpers import new_key, unreachable_database
@@ -305,7 +305,7 @@ def test_item2_a_server_behind_never_caches_past_the_entry() -> None:
 
     from django.core.cache import caches
 
-    from idempotency_django.cache import cache_key
+    from idempotency_django._storage.cache import cache_key
 
     key = new_key()
     local = caches["local"]
@@ -343,9 +343,9 @@ def test_item3_use_tz_false_replays_refuses_and_takes_over() -> None:
 def _crashed_claim(key: str, lease_seconds: float) -> Any:
     from django.test import RequestFactory
 
-    from idempotency_django.fingerprint import keyed, request_fingerprint
-    from idempotency_django.store import lease
-    from idempotency_django.store.sql import Claim, Target
+    from idempotency_django._protocol.fingerprint import keyed, request_fingerprint
+    from idempotency_django._storage.store import lease
+    from idempotency_django._storage.store.sql import Claim, Target
 
     request = RequestFactory().post("/refuses/", json.dumps({"amount": 100}), "application/json")
     target = Target(

@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 
 import idempotency_django
 from idempotency_django import signals
-from idempotency_django.options import Options, meta_name
+from idempotency_django._protocol.options import Options, meta_name
 from tests.helpers import new_key, post
 
 # The package under test (the installed wheel under tox), not a path beside the tests.
@@ -94,4 +94,4 @@ def test_signals_does_not_import_execution() -> None:
     imported = {
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
     }
-    assert "idempotency_django.execution" not in imported
+    assert "idempotency_django._protocol.execution" not in imported

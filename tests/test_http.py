@@ -424,7 +424,7 @@ def all_charges() -> int:
 def _fingerprint_of(client: Client, key: str) -> str:
     from django.test import RequestFactory
 
-    from idempotency_django.fingerprint import keyed, request_fingerprint
+    from idempotency_django._protocol.fingerprint import keyed, request_fingerprint
 
     request = RequestFactory().post(
         "/charges/", json.dumps({"amount": 100}), content_type="application/json"
@@ -436,7 +436,7 @@ def test_cache_never_outlives_the_entry(client: Client, monkeypatch: pytest.Monk
     """A slow on_commit hook of the view's runs before ours: the time left is measured then."""
     from django.db import transaction
 
-    from idempotency_django import execution
+    from idempotency_django._protocol import execution
     from tests.testapp import views
 
     clock = [1000.0]
@@ -456,7 +456,7 @@ def test_cache_never_outlives_the_entry(client: Client, monkeypatch: pytest.Monk
     with override_settings(CACHES=caches_setting, IDEMPOTENCY_CACHE="local"):
         from django.core.cache import caches
 
-        from idempotency_django.cache import cache_key
+        from idempotency_django._storage.cache import cache_key
 
         request = RequestFactory().post(
             "/charges/", "{}", content_type="application/json", headers={"Idempotency-Key": key}

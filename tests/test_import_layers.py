@@ -1,4 +1,5 @@
-"""The package's lowest rooms need nothing above them, and its base holds no import circle.
+"""The package's lowest rooms need nothing above them, its base holds no import circle, and
+its private layers import one way down (docs/contributing.rst, "The layout").
 
 0.3 hid a six-module circle behind function-level imports: ``conf`` → ``databases`` →
 ``models`` → ``keys`` → ``secret`` → ``conf``, with ``signals`` → ``secret``. Every
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import re
+
 import pytest
 
 import idempotency_django
@@ -18,10 +21,11 @@ import idempotency_django
 pytestmark = pytest.mark.versions
 
 PACKAGE = "idempotency_django"
+_MODULE_DIRECTIVE = re.compile(r"^\.\. (?:py:)?module:: +(\S+)\s*$", re.MULTILINE)
 ROOT = Path(idempotency_django.__file__).parent
 # The lowest rooms, and the only rooms of the package each may import.
-LOWEST = {"conf": set(), "exceptions": set(), "keys": {"exceptions"}}
-BASE = ("conf", "exceptions", "keys", "secret", "signals", "models", "databases")
+LOWEST = {"_conf": set(), "exceptions": set(), "_protocol.keys": {"exceptions"}}
+BASE = ("_conf", "exceptions", "_protocol.keys", "_storage.secret", "signals", "models", "databases")
 
 
 def _modules() -> dict[str, Path]:
@@ -85,7 +89,7 @@ def test_no_base_room_is_on_an_import_circle(graph: dict[str, set[str]], room: s
 
 def test_the_graph_sees_function_level_imports(graph: dict[str, set[str]]) -> None:
     """``secret`` imports ``models`` only inside functions (the models need the app)."""
-    assert "models" in graph["secret"]
+    assert "models" in graph["_storage.secret"]
 
 
 OUTBOX = ("outbox.api", "outbox.backends", "outbox.delivery", "outbox.broker", "outbox.errors")
@@ -96,3 +100,60 @@ def test_no_outbox_room_is_on_an_import_circle(graph: dict[str, set[str]], room:
     """0.3's ``api`` ↔ ``backends`` ↔ ``delivery`` circle: enqueue, then publish, one way down."""
     rooms = {name: graph[name] & set(OUTBOX) for name in OUTBOX}
     assert room not in _reachable(rooms, room), f"{room} imports itself through others"
+
+
+# The app's words, which every layer may use: its settings, errors, models, signals, and
+# the database choice and key spaces (public, and below the protocol).
+WORDS = {"_conf", "exceptions", "models", "signals", "databases", "tenants"}
+# What a private layer may import besides its own rooms and the words; nothing else of the
+# package (no face, no layer above it). The one exception is named: the answer's value type.
+MAY_IMPORT = {
+    "_storage": {"_protocol.responses"},
+    "_protocol": {"_storage"},
+}
+
+
+def _layer(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _allowed(layer: str, target: str) -> bool:
+    if target in WORDS or _layer(target) == layer:
+        return True
+    return any(target == rule or target.startswith(f"{rule}.") for rule in MAY_IMPORT[layer])
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_a_private_layer_imports_only_below_it(graph: dict[str, set[str]], layer: str) -> None:
+    """The request's walk goes one way down: a face calls ``_protocol.core``, which asks
+    ``_storage`` to read and to record; neither imports a face (``rest_framework``, ...),
+    ``_adapters`` or ``_operations``."""
+    rooms = [name for name in graph if _layer(name) == layer]
+    assert rooms, f"no module in {layer}"
+    wrong = {
+        room: sorted(t for t in graph[room] if not _allowed(layer, t))
+        for room in rooms
+        if any(not _allowed(layer, t) for t in graph[room])
+    }
+    assert not wrong, f"{layer} imports above itself: {wrong}"
+
+
+def test_the_protocol_leaves_the_seal_to_storage(graph: dict[str, set[str]]) -> None:
+    """The protocol asks the store and the replay cache for answers, opened; the seal is
+    theirs (the operations' reseal, inspect and checks handle sealed rows as such)."""
+    protocol = sorted(name for name in graph if _layer(name) == "_protocol")
+    assert [name for name in protocol if "_storage.seal" in graph[name]] == []
+
+
+def test_the_top_level_holds_the_public_modules_and_folders() -> None:
+    """What a newcomer sees first: the public modules, the private layers, Django's places."""
+    api = (ROOT.parent / "docs" / "api.rst").read_text()
+    public = {
+        m.removeprefix(f"{PACKAGE}.").split(".")[0]
+        for m in _MODULE_DIRECTIVE.findall(api)
+        if m != PACKAGE
+    }
+    django_places = {"apps", "admin", "models", "urls", "views", "forms", "signals", "tasks"}
+    top = {path.stem for path in ROOT.glob("*.py") if path.stem != "__init__"}
+    internal = sorted(top - public - django_places)
+    assert internal == ["_conf"], f"internal modules at the top level: {internal}"

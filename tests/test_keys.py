@@ -11,10 +11,10 @@ from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
+from idempotency_django._protocol.keys import parse_key
+from idempotency_django._storage.secret import derive_key
 from idempotency_django.exceptions import KeyMalformed
-from idempotency_django.keys import parse_key
 from idempotency_django.models import IdempotencySecret
-from idempotency_django.secret import derive_key
 
 VISIBLE = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=255)
 SF_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0x7E)

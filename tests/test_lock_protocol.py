@@ -53,7 +53,7 @@ BOTH = pytest.mark.parametrize("protocol", ["lock", "lease"])
 def _target(key: str) -> Any:
     from datetime import timedelta
 
-    from idempotency_django.store.sql import Target
+    from idempotency_django._storage.store.sql import Target
 
     return Target("default", "", key, "", timedelta(0), timedelta(0))
 

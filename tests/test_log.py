@@ -1,4 +1,4 @@
-"""The log receivers (``idempotency_django.log``), driven by sending the signals directly."""
+"""The log receivers (``idempotency_django._operations.log``), driven by sending the signals directly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from idempotency_django import log, signals
+from idempotency_django import signals
+from idempotency_django._operations import log
 
 KEY = "sk_live_bearer-secret-key"
 DIGEST = signals.key_digest("tenant-1", KEY)
@@ -42,9 +43,9 @@ def send_outcome(sender: str = "http", **overrides: Any) -> None:
 
 def test_the_app_connects_the_receivers() -> None:
     for signal, uid in [
-        (signals.outcome, "idempotency_django.log.outcome"),
-        (signals.entry_reclaimed, "idempotency_django.log.reclaimed"),
-        (signals.purge_finished, "idempotency_django.log.purge"),
+        (signals.outcome, "idempotency_django._operations.log.outcome"),
+        (signals.entry_reclaimed, "idempotency_django._operations.log.reclaimed"),
+        (signals.purge_finished, "idempotency_django._operations.log.purge"),
     ]:
         assert any(lookup[0] == uid for lookup, *_ in signal.receivers)
 

@@ -24,11 +24,11 @@ from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from idempotency_django import core
+from idempotency_django._protocol import core
+from idempotency_django._protocol.fingerprint import keyed, request_fingerprint
+from idempotency_django._storage.secret import server_secret
 from idempotency_django.client import IdempotentTransport, RetryPolicy
-from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.secret import server_secret
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post, problem
 

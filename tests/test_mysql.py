@@ -29,11 +29,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, connection, connections, transaction
 from django.test import Client
 
+from idempotency_django._protocol.execution import translate
+from idempotency_django._storage.store import lease, mysql
+from idempotency_django._storage.store.sql import Claim, Existing, Target
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
-from idempotency_django.execution import translate
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import lease, mysql
-from idempotency_django.store.sql import Claim, Existing, Target
 from tests.helpers import charges, new_key, post
 from tests.lock_helpers import ROOT, send, wait_for
 
@@ -315,7 +315,7 @@ def test_killed_connection_mid_view_is_a_5xx_commits_nothing_and_the_retry_runs_
 
 @pytest.mark.requires_mysql
 def test_lock_protocol_is_refused_on_mysql() -> None:
-    from idempotency_django.options import protocol_for
+    from idempotency_django._protocol.options import protocol_for
 
     with pytest.raises(ImproperlyConfigured, match="lease"):
         protocol_for("default", "lock")

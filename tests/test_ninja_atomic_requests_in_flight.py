@@ -27,8 +27,8 @@ from django.test import Client
 from django.urls import path
 from ninja import NinjaAPI, Schema, Status
 
+from idempotency_django._protocol.execution import translate
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
-from idempotency_django.execution import translate
 from idempotency_django.ninja import idempotent
 from tests.helpers import charges, duplicate_while_held, new_key
 from tests.testapp.models import Charge

@@ -20,10 +20,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency_django import signals
-from idempotency_django.core import IdempotencyContext
+from idempotency_django._protocol.core import IdempotencyContext
+from idempotency_django._storage.secret import derive_key
 from idempotency_django.outbox import OutboxError, delivery, enqueue
 from idempotency_django.outbox.models import OutboxMessage
-from idempotency_django.secret import derive_key
 from tests.helpers import new_key, post
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from idempotency_django import signals
-from idempotency_django.checks import check_outbox_max_attempts as check_max_attempts
+from idempotency_django._operations.checks import check_outbox_max_attempts as check_max_attempts
 from idempotency_django.consumers import consume
 from idempotency_django.outbox import delivery
 from idempotency_django.outbox.models import OutboxMessage

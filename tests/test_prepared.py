@@ -87,7 +87,7 @@ def test_a_server_side_binding_connection_claims_through_the_function(settings: 
 
 def test_before_migration_0004_the_claim_still_works() -> None:
     """Code deployed before ``migrate``: no function yet, the two statements instead."""
-    from idempotency_django.store import readonly
+    from idempotency_django._storage.store import readonly
 
     signature = "idempotency_django_claim(bigint, integer, integer, text, text)"
     with connection.cursor() as cursor:

@@ -18,8 +18,8 @@ from django.test import Client, RequestFactory
 from django.utils.timezone import now
 
 from idempotency_django import idempotent
+from idempotency_django._protocol.responses import require_plain
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.responses import require_plain
 from tests.helpers import charges, new_key, post
 
 pytestmark = pytest.mark.versions
@@ -58,7 +58,7 @@ def test_importing_the_package_needs_no_optional_dependency() -> None:
         "import django; from django.conf import settings\n"
         "settings.configure(INSTALLED_APPS=['idempotency_django'], DATABASES={})\n"
         "django.setup()\n"
-        "import idempotency_django, idempotency_django.core, idempotency_django.models\n"
+        "import idempotency_django, idempotency_django._protocol.core, idempotency_django.models\n"
         "from idempotency_django import idempotent\n"
         "print('ok')\n"
     )
@@ -153,7 +153,7 @@ def test_importing_an_integration_without_its_extra_says_what_to_install(
 
 
 def test_the_missing_extra_is_named_with_its_install_line() -> None:
-    from idempotency_django.extras import raise_missing_extra
+    from idempotency_django._adapters.extras import raise_missing_extra
 
     error = ModuleNotFoundError("No module named 'rest_framework'", name="rest_framework")
     with pytest.raises(ModuleNotFoundError) as raised:
@@ -167,7 +167,7 @@ def test_the_missing_extra_is_named_with_its_install_line() -> None:
 
 
 def test_a_missing_module_that_is_not_the_extra_is_raised_unchanged() -> None:
-    from idempotency_django.extras import raise_missing_extra
+    from idempotency_django._adapters.extras import raise_missing_extra
 
     error = ModuleNotFoundError("No module named 'kombu'", name="kombu")
     with pytest.raises(ModuleNotFoundError) as raised:

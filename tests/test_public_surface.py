@@ -140,7 +140,9 @@ def test_a_documented_name_that_is_not_exported_fails_the_comparison() -> None:
 
 
 def test_documenting_an_internal_module_s_name_fails_the_comparison() -> None:
-    text = API.read_text(encoding="utf-8") + "\n.. autoclass:: idempotency_django.seal.Ring\n"
+    text = (
+        API.read_text(encoding="utf-8") + "\n.. autoclass:: idempotency_django._storage.seal.Ring\n"
+    )
     with pytest.raises(AssertionError, match="does not export"):
         _compare(PACKAGE, documented(text))
 

@@ -38,11 +38,11 @@ from django.utils import timezone
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from idempotency_django._storage.secret import server_secret
+from idempotency_django._storage.store import lease, lock, readonly
+from idempotency_django._storage.store.sql import Claim, Target
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.rest_framework import IdempotentMixin
-from idempotency_django.secret import server_secret
-from idempotency_django.store import lease, lock, readonly
-from idempotency_django.store.sql import Claim, Target
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post
 from tests.lock_helpers import dsn, lock_id

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test import Client, override_settings
 
-from idempotency_django.store import readonly
+from idempotency_django._storage.store import readonly
 from tests import gates
 from tests.helpers import new_key, post
 from tests.lock_helpers import query, wait_for

@@ -19,12 +19,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django import idempotent
-from idempotency_django.checks import check_redact
+from idempotency_django._operations.checks import check_redact
+from idempotency_django._protocol.redact import MARKER, REDACTED_HEADER, redactor
+from idempotency_django._storage.store import carry
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.ninja import idempotent as ninja_idempotent
-from idempotency_django.redact import MARKER, REDACTED_HEADER, redactor
 from idempotency_django.rest_framework import IdempotentMixin
-from idempotency_django.store import carry
 from tests.helpers import charges, new_key, post, race, stored_answer
 from tests.testapp.models import Charge
 

@@ -12,9 +12,9 @@ from django.core.cache import caches
 from django.http import HttpResponse, JsonResponse
 from django.test import Client, override_settings
 
-from idempotency_django import cache, seal
+from idempotency_django._protocol.redact import MARKER, REDACTED_HEADER, FieldPaths, stored_answer
+from idempotency_django._storage import cache, seal
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.redact import MARKER, REDACTED_HEADER, FieldPaths, stored_answer
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import post
 

@@ -7,7 +7,7 @@ from django.http import HttpResponse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idempotency_django.responses import StoredResponse
+from idempotency_django._protocol.responses import StoredResponse
 
 REASONS = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=40)
 

@@ -27,8 +27,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
+from idempotency_django._protocol.fingerprint import keyed, request_fingerprint
 from idempotency_django.exceptions import PROBLEM_BASE, IdempotencyError, RequestInProgress
-from idempotency_django.fingerprint import keyed, request_fingerprint
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.rest_framework import (
     IdempotencyAPIError,
@@ -747,7 +747,9 @@ def test_importing_the_package_does_not_import_drf() -> None:
         )
         django.setup()
         import idempotency_django
-        from idempotency_django import core, decorators, idempotent, models  # noqa: F401
+        from idempotency_django import idempotent, models
+        from idempotency_django._adapters import decorators
+        from idempotency_django._protocol import core  # noqa: F401
         from django.core.management import call_command
         call_command("check")
         print("ok")
@@ -769,7 +771,7 @@ def test_the_mixin_works_without_drf_spectacular() -> None:
         from idempotency_django.rest_framework import IdempotentMixin  # noqa: F401
         from django.urls import reverse  # noqa: F401
         import tests.testapp.api_urls  # noqa: F401
-        assert "idempotency_django.spectacular" not in sys.modules
+        assert "idempotency_django._adapters.spectacular" not in sys.modules
         print("ok")
         """
     )
@@ -907,7 +909,7 @@ def test_openapi_composes_with_extend_schema_and_custom_schema_classes() -> None
 def test_document_operation_leaves_other_views_alone() -> None:
     from drf_spectacular.plumbing import ComponentRegistry
 
-    from idempotency_django.spectacular import document_operation
+    from idempotency_django._adapters.spectacular import document_operation
 
     operation: dict[str, Any] = {"responses": {"201": {"description": "Created"}}}
     document_operation(operation, APIView(), "POST", ComponentRegistry())

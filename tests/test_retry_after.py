@@ -16,7 +16,7 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
-from idempotency_django.execution import RETRY_AFTER_MAX
+from idempotency_django._protocol.execution import RETRY_AFTER_MAX
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import new_key, post
 from tests.lock_helpers import dsn, lock_id, send
@@ -60,7 +60,7 @@ def test_retry_after_follows_the_holders_age_up_to_its_lease(
 
 def test_against_a_dead_lease_holder_a_client_obeying_it_retries_a_handful_of_times() -> None:
     """The issue's case: 60 s lease, holder dead at once. Ages seen: 1, 2, 4, … until 60."""
-    from idempotency_django.execution import _bounded_retry
+    from idempotency_django._protocol.execution import _bounded_retry
 
     age, retries = 0.0, 0
     while age < 60:

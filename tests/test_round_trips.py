@@ -30,9 +30,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import path
 
 from idempotency_django import idempotent
+from idempotency_django._storage.secret import server_secret
+from idempotency_django._storage.store import readonly
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.secret import server_secret
-from idempotency_django.store import readonly
 from tests.helpers import charges, new_key, post
 from tests.lock_helpers import dsn, lock_id, query
 from tests.testapp.models import Charge

@@ -17,10 +17,11 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path
 
-from idempotency_django import cache, idempotent, seal
-from idempotency_django.checks import check_encryption_keys
+from idempotency_django import idempotent
+from idempotency_django._operations.checks import check_encryption_keys
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import cache, seal
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.responses import StoredResponse
 from tests.factories import IdempotencyEntryFactory
 from tests.helpers import charges, new_key, post, problem, stored_answer
 from tests.testapp.models import Charge

@@ -14,11 +14,12 @@ from celery import Celery
 from django.core.management import call_command
 from django.test import Client, override_settings
 
-from idempotency_django import secret, signals
+from idempotency_django import signals
+from idempotency_django._operations.checks import check_secret
+from idempotency_django._storage import secret
+from idempotency_django._storage.secret import lock_id, server_secret
 from idempotency_django.celery import idempotent_task
-from idempotency_django.checks import check_secret
 from idempotency_django.models import IdempotencyDatabase, IdempotencySecret
-from idempotency_django.secret import lock_id, server_secret
 from tests.helpers import new_key, post
 from tests.lock_helpers import dsn
 from tests.testapp.models import Charge

@@ -17,7 +17,8 @@ from django.http import HttpRequest, JsonResponse
 from django.test import Client, override_settings
 from django.urls import path
 
-from idempotency_django import idempotent, secret
+from idempotency_django import idempotent
+from idempotency_django._storage import secret
 from idempotency_django.models import IdempotencySecret
 from tests.conftest import database_vendor
 from tests.helpers import new_key, post

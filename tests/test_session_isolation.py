@@ -24,9 +24,9 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from idempotency_django import seal
+from idempotency_django._storage import seal
+from idempotency_django._storage.store import readonly
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import readonly
 from tests.helpers import charges, new_key
 from tests.lock_helpers import dsn, lock_id, query, send, wait_for
 

@@ -27,7 +27,8 @@ from django.urls import include, path, resolve, reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from idempotency_django import cache, idempotent_call, purge, signals
+from idempotency_django import idempotent_call, purge, signals
+from idempotency_django._storage import cache
 from idempotency_django.calls import namespaced
 from idempotency_django.exceptions import KeyReused
 from idempotency_django.models import IdempotencyEntry

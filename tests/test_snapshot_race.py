@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from idempotency_django import seal
+from idempotency_django._storage import seal
+from idempotency_django._storage.store import pg, readonly, sql
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import pg, readonly, sql
 from tests.helpers import charges, new_key
 from tests.lock_helpers import Background, dsn, lock_id, query, send, wait_for
 

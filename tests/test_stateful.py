@@ -34,11 +34,11 @@ from hypothesis.stateful import (
 )
 
 from idempotency_django import idempotent
-from idempotency_django.conf import conf
-from idempotency_django.fingerprint import keyed, request_fingerprint
+from idempotency_django._conf import conf
+from idempotency_django._protocol.fingerprint import keyed, request_fingerprint
+from idempotency_django._storage.store import lease
+from idempotency_django._storage.store.sql import Claim, Existing, Target
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import lease
-from idempotency_django.store.sql import Claim, Existing, Target
 from tests.helpers import stored_answer
 from tests.testapp.models import Charge
 

@@ -16,12 +16,12 @@ from django.test import Client, override_settings
 from django.urls import path, reverse
 from django.utils import timezone
 
-from idempotency_django import seal
+from idempotency_django._protocol.redact import REDACTED_HEADER
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
+from idempotency_django._storage.store.sql import Claim, record
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.purge import purge
-from idempotency_django.redact import REDACTED_HEADER
-from idempotency_django.responses import StoredResponse
-from idempotency_django.store.sql import Claim, record
 from tests.factories import IdempotencyEntryFactory
 
 urlpatterns = [path("admin/", admin.site.urls)]

@@ -14,10 +14,11 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path
 
-from idempotency_django import execution, idempotent
-from idempotency_django.checks import check_max_stored_bytes, check_mysql_packet
+from idempotency_django import idempotent
+from idempotency_django._operations.checks import check_max_stored_bytes, check_mysql_packet
+from idempotency_django._protocol import execution
+from idempotency_django._storage.store import readonly
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.store import readonly
 from tests.helpers import charges, new_key, post, problem, race
 from tests.testapp.models import Charge
 

@@ -20,9 +20,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, RequestFactory
 
-from idempotency_django import graphql_fields
+from idempotency_django._adapters import graphql_fields
+from idempotency_django._adapters.graphql_fields import DOCS
 from idempotency_django.exceptions import PROBLEM_BASE
-from idempotency_django.graphql_fields import DOCS
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.strawberry import IdempotentExtension
 from idempotency_django.strawberry import protection as strawberry_protection

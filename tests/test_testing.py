@@ -12,13 +12,13 @@ from django.urls import include, path
 from rest_framework.test import APIClient
 
 from idempotency_django import idempotent
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.exceptions import (
     KeyMalformed,
     KeyReused,
     RequestInProgress,
     StoreUnavailable,
 )
-from idempotency_django.responses import problem_response
 from idempotency_django.testing import (
     IdempotencyAssertionsMixin,
     Replay,

@@ -168,7 +168,7 @@ def test_an_async_handler_is_throttled_first_too() -> None:
     """adrf's ``async def`` handlers: the same order, the check run off the event loop."""
     import asyncio
 
-    from idempotency_django import throttling
+    from idempotency_django._adapters import throttling
 
     order: list[str] = []
 

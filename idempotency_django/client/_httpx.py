@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from idempotency_django.extras import raise_missing_extra
+from idempotency_django._adapters.extras import raise_missing_extra
 
 try:
     import httpx

@@ -95,7 +95,7 @@ def forget(key: str) -> None:
 
 
 def enabled() -> bool:
-    from idempotency_django.conf import conf
+    from idempotency_django._conf import conf
 
     return conf.CONFORMANCE_HOOKS
 
@@ -130,7 +130,7 @@ def _steering(args: tuple[Any, ...]) -> tuple[str, str, str] | None:
     request = next((a for a in args if hasattr(a, "headers") and hasattr(a, "method")), None)
     if request is None:
         return None
-    from idempotency_django.conf import conf
+    from idempotency_django._conf import conf
 
     key = str(request.headers.get(conf.HEADER, ""))
     for hook, header in (("fail", FAIL_HEADER), ("hold", HOLD_HEADER)):

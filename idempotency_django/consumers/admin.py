@@ -12,9 +12,9 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from idempotency_django._protocol.keys import SEPARATOR
 from idempotency_django.admin import DatabaseFilter, listed_alias
 from idempotency_django.consumers.models import ConsumerFailure
-from idempotency_django.keys import SEPARATOR
 
 
 class StateFilter(admin.SimpleListFilter):

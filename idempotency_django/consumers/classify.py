@@ -16,8 +16,8 @@ from typing import Final
 
 from django.db import InterfaceError, OperationalError, connections
 
+from idempotency_django._storage.store import mysql, pg
 from idempotency_django.exceptions import StoreUnavailable
-from idempotency_django.store import mysql, pg
 
 _MARK: Final = "_idempotency_handler_error"
 # connection_exception (class 08), admin_shutdown, crash_shutdown, cannot_connect_now.

@@ -94,7 +94,7 @@ def forget(using: str, tenant: str, key: str) -> None:
 
 def purge_stale(using: str, batch_size: int) -> int:
     """Delete counts whose first failure is older than ``IDEMPOTENCY_TTL``, a batch at a time."""
-    from idempotency_django.conf import conf
+    from idempotency_django._conf import conf
 
     cutoff = ExpressionWrapper(Now() - conf.TTL, output_field=DateTimeField())
     rows = ConsumerFailure.objects.using(using)

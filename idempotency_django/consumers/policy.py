@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
-from idempotency_django.conf import as_timedelta
+from idempotency_django._conf import as_timedelta
 
 Action = Literal["ack", "retry", "dead_letter"]
 ACK: Final = "ack"

@@ -68,7 +68,7 @@ def enqueue(
 
 
 def _derived_key(name: str, request: object) -> str:
-    from idempotency_django.core import IdempotencyContext, current_context
+    from idempotency_django._protocol.core import IdempotencyContext, current_context
 
     context = getattr(request, "idempotency", None) if request else current_context()
     if not isinstance(context, IdempotencyContext) or context.key is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Tags, register
 
-from idempotency_django.deploy_checks import scheduled, warning
+from idempotency_django._operations.deploy_checks import scheduled, warning
 
 RELAY_TASK = "idempotency_django.outbox.tasks.relay_outbox"
 

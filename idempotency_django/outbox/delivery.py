@@ -22,7 +22,7 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Sum
 from django.db.models.functions import Now
 
 from idempotency_django import signals
-from idempotency_django.conf import as_timedelta, conf
+from idempotency_django._conf import as_timedelta, conf
 from idempotency_django.databases import default_alias
 from idempotency_django.outbox import backends
 from idempotency_django.outbox.models import OutboxMessage

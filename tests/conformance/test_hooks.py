@@ -12,7 +12,7 @@ from django.core.management.base import SystemCheckError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import RequestFactory, override_settings
 
-from idempotency_django import checks, deploy_checks
+from idempotency_django._operations import checks, deploy_checks
 from idempotency_django.conformance import hooks
 from idempotency_django.conformance.hooks import conformance_hooks
 

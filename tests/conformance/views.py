@@ -28,10 +28,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency_django import idempotent
+from idempotency_django._protocol.keys import parse_key
 from idempotency_django.conformance import conformance_hooks
 from idempotency_django.conformance.hooks import FAIL_HEADER, MARKER_HEADER
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.keys import parse_key
 from idempotency_django.ninja import idempotent as ninja_idempotent
 from idempotency_django.rest_framework import IdempotentMixin
 from tests.testapp.models import Charge

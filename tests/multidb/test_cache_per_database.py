@@ -18,7 +18,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import Client, override_settings
 from django.urls import path
 
-from idempotency_django import cache, idempotent
+from idempotency_django import idempotent
+from idempotency_django._storage import cache
 from tests.helpers import new_key
 from tests.testapp.models import Charge
 

@@ -195,6 +195,6 @@ def test_every_other_extra_installs_and_imports(workdir: Path, dist: Dist) -> No
         "import idempotency_django.rest_framework, idempotency_django.tasks, django_redis, psycopg\n"
         "import idempotency_django.ninja, adrf, idempotency_django.django_tasks\n"
         "from django.core.management import call_command; call_command('check')\n"
-        "print('spectacular' if 'idempotency_django.spectacular' in sys.modules else 'none')\n"
+        "print('spectacular' if 'idempotency_django._adapters.spectacular' in sys.modules else 'none')\n"
     )
     assert venv.python(code).split()[-1] == "spectacular"

@@ -8,9 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from idempotency_django import lookup, seal
+from idempotency_django import lookup
+from idempotency_django._protocol.keys import readable
+from idempotency_django._storage import seal
 from idempotency_django.databases import default_alias
-from idempotency_django.keys import readable
 from idempotency_django.management.arguments import check_database
 
 

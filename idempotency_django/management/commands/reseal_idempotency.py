@@ -20,7 +20,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from idempotency_django import seal
+from idempotency_django._storage import seal
 from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.models import IdempotencyEntry

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from idempotency_django.conf import conf
+from idempotency_django._conf import conf
 
 PROBLEM_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Tags, Warning, register
 from django.db import connections
 
-from idempotency_django import checks
+from idempotency_django._operations import checks
 from idempotency_django.exceptions import PROBLEM_BASE
 
 DOCS = PROBLEM_BASE.rsplit("/", 1)[0] + "/"

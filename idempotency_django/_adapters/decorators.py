@@ -1,4 +1,4 @@
-"""``@idempotent``: a thin adapter from a Django view to :mod:`idempotency_django.core`."""
+"""``@idempotent``: a thin adapter from a Django view to :mod:`idempotency_django._protocol.core`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import Any, TypeVar, overload
 from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from idempotency_django import core
-from idempotency_django.conf import TenantResolver
+from idempotency_django._conf import TenantResolver
+from idempotency_django._protocol import core
+from idempotency_django._protocol.fingerprint import Fingerprinter
+from idempotency_django._protocol.options import KeyExtractor, Options, check_option_names
+from idempotency_django._protocol.redact import Redactor
+from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
-from idempotency_django.fingerprint import Fingerprinter
 from idempotency_django.forms import FIELD_NAME, form_policy
-from idempotency_django.options import KeyExtractor, Options, check_option_names
-from idempotency_django.redact import Redactor
-from idempotency_django.responses import problem_response
 
 ViewFunc = TypeVar("ViewFunc", bound=Callable[..., Any])
 

@@ -13,8 +13,8 @@ import uuid
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import carry, mysql, pg, sql
-from idempotency_django.store.sql import (
+from idempotency_django._storage.store import carry, mysql, pg, sql
+from idempotency_django._storage.store.sql import (
     Claim,
     Found,
     Target,

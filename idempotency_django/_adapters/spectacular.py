@@ -15,9 +15,9 @@ from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
 from rest_framework.views import APIView
 
-from idempotency_django import openapi
-from idempotency_django.conf import conf
-from idempotency_django.responses import PROBLEM_CONTENT_TYPE, REPLAYED_HEADER
+from idempotency_django._adapters import openapi
+from idempotency_django._conf import conf
+from idempotency_django._protocol.responses import PROBLEM_CONTENT_TYPE, REPLAYED_HEADER
 from idempotency_django.rest_framework import IdempotentMixin
 
 Operation = dict[str, Any]

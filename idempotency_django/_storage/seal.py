@@ -53,9 +53,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from idempotency_django.conf import compiled, conf
+from idempotency_django._conf import compiled, conf
+from idempotency_django._protocol.responses import StoredResponse
 from idempotency_django.exceptions import AnswerTooLarge, AnswerUnreadable
-from idempotency_django.responses import StoredResponse
 
 logger = logging.getLogger("idempotency_django")
 
@@ -112,7 +112,7 @@ def new_key() -> str:
 
 
 def key_id(key: bytes) -> bytes:
-    return hashlib.sha256(b"idempotency_django.seal.id" + key).digest()[:_ID]
+    return hashlib.sha256(b"idempotency_django._storage.seal.id" + key).digest()[:_ID]
 
 
 class Ring:
@@ -175,7 +175,7 @@ def ring(using: str) -> Ring:
     """The key ring for the entries database ``using`` (built once per settings change)."""
     found = _rings.get(using)
     if found is None:
-        from idempotency_django.secret import settings_roots
+        from idempotency_django._storage.secret import settings_roots
 
         keys: list[bytes] = []
         for entry in conf.ENCRYPTION_KEYS:
@@ -188,15 +188,17 @@ def ring(using: str) -> Ring:
 
 def _subkey(root: bytes) -> bytes:
     # A subkey: a root is never itself a cipher key.
-    return hmac.new(root, b"idempotency_django.seal", "sha256").digest()
+    return hmac.new(root, b"idempotency_django._storage.seal", "sha256").digest()
 
 
 def _legacy_key(using: str) -> Callable[[], bytes]:
     def build() -> bytes:
-        from idempotency_django.secret import server_secret
+        from idempotency_django._storage.secret import server_secret
 
         # 0.4's: rooted in the server secret, which the database itself holds.
-        return hmac.new(server_secret(using), b"idempotency_django.seal", "sha256").digest()
+        return hmac.new(
+            server_secret(using), b"idempotency_django._storage.seal", "sha256"
+        ).digest()
 
     return build
 
@@ -214,7 +216,7 @@ def associated(tenant: str, key: str) -> bytes:
 
 def bound(using: str, tenant: str, key: str, status: int, reason: str) -> bytes:
     """Version 2's: (tenant, key, status, reason, the database's identity)."""
-    from idempotency_django.secret import database_identity
+    from idempotency_django._storage.secret import database_identity
 
     return b"".join(
         (

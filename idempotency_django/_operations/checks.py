@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from idempotency_django.conf import MAX_TTL, MAX_WAIT, as_timedelta, bounded
+from idempotency_django._conf import MAX_TTL, MAX_WAIT, as_timedelta, bounded
 from idempotency_django.databases import entries_aliases
 
 # RFC 9110 token: the characters a header field name may contain.
@@ -304,7 +304,7 @@ def check_secret(value: Any) -> list[CheckMessage]:
 
 
 def check_encryption_keys(value: Any) -> list[CheckMessage]:
-    from idempotency_django.seal import DERIVED, decode_key
+    from idempotency_django._storage.seal import DERIVED, decode_key
 
     problem = ""
     if not isinstance(value, list | tuple) or not value:
@@ -349,7 +349,7 @@ def check_max_stored_bytes(value: Any) -> list[CheckMessage]:
 
 
 def check_redact(value: Any) -> list[CheckMessage]:
-    from idempotency_django.redact import redactor
+    from idempotency_django._protocol.redact import redactor
 
     try:
         redactor(import_string(value) if isinstance(value, str) else value)

@@ -25,18 +25,12 @@ from types import ModuleType
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from idempotency_django import seal, signals
-from idempotency_django.exceptions import (
-    AnswerTooLarge,
-    KeyReused,
-    RequestInProgress,
-    StoreUnavailable,
-)
-from idempotency_django.models import IdempotencyEntry
-from idempotency_django.responses import StoredResponse
-from idempotency_django.secret import server_secret
-from idempotency_django.store import PROTOCOLS, lock, mysql, pg, readonly, sqlite
-from idempotency_django.store.sql import (
+from idempotency_django import signals
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
+from idempotency_django._storage.secret import server_secret
+from idempotency_django._storage.store import PROTOCOLS, lock, mysql, pg, readonly, sqlite
+from idempotency_django._storage.store.sql import (
     BUSY,
     Claim,
     Existing,
@@ -45,7 +39,14 @@ from idempotency_django.store.sql import (
     is_postgres,
     read,
 )
-from idempotency_django.store.sql import record as record_answer
+from idempotency_django._storage.store.sql import record as record_answer
+from idempotency_django.exceptions import (
+    AnswerTooLarge,
+    KeyReused,
+    RequestInProgress,
+    StoreUnavailable,
+)
+from idempotency_django.models import IdempotencyEntry
 
 _LOOKS = 3  # how often a row that vanished or isn't visible yet is looked for again
 _POLL_FIRST, _POLL_MAX = 0.01, 0.25

@@ -18,10 +18,10 @@ from typing import Any
 from django.db import DataError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django import seal
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
+from idempotency_django._storage.store import carry
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.responses import StoredResponse
-from idempotency_django.store import carry
 
 Status = IdempotencyEntry.Status
 IN_PROGRESS = Status.IN_PROGRESS.value
@@ -45,7 +45,7 @@ class Target:
 
         Computed once per target (a claim, a wait, the claim again: one HMAC).
         """
-        from idempotency_django.secret import lock_id
+        from idempotency_django._storage.secret import lock_id
 
         return lock_id(self.using, self.tenant, self.key)
 

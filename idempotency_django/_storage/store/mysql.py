@@ -30,7 +30,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store.sql import (
+from idempotency_django._storage.store.sql import (
     IN_PROGRESS,
     Claim,
     Found,

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django.store import carry
-from idempotency_django.store.sql import (
+from idempotency_django._storage.store import carry
+from idempotency_django._storage.store.sql import (
     BUSY,
     Claim,
     Found,

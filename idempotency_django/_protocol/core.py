@@ -24,25 +24,26 @@ from django.db import InterfaceError, OperationalError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 
-from idempotency_django import cache, databases, seal, signals
-from idempotency_django.conf import conf
+from idempotency_django import databases, signals
+from idempotency_django._conf import conf
+from idempotency_django._protocol.execution import Run, claimed, settled, status_of, translate
+from idempotency_django._protocol.fingerprint import Keyed, keyed
+from idempotency_django._protocol.keys import extracted, parse_key
+from idempotency_django._protocol.keys import form_field as form_key
+from idempotency_django._protocol.options import SAFE_METHODS, Options, Policy
+from idempotency_django._protocol.redact import stored_answer
+from idempotency_django._protocol.responses import StoredResponse, is_final, require_plain
+from idempotency_django._storage import cache, seal
+from idempotency_django._storage.secret import derive_key
+from idempotency_django._storage.store.pg import IDLE_BOUND
+from idempotency_django._storage.store.sql import Target
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
     KeyReused,
     NestedRefusal,
 )
-from idempotency_django.execution import Run, claimed, settled, status_of, translate
-from idempotency_django.fingerprint import Keyed, keyed
-from idempotency_django.keys import extracted, parse_key
-from idempotency_django.keys import form_field as form_key
 from idempotency_django.models import IdempotencyEntry
-from idempotency_django.options import SAFE_METHODS, Options, Policy
-from idempotency_django.redact import stored_answer
-from idempotency_django.responses import StoredResponse, is_final, require_plain
-from idempotency_django.secret import derive_key
-from idempotency_django.store.pg import IDLE_BOUND
-from idempotency_django.store.sql import Target
 
 logger = logging.getLogger("idempotency_django")
 # Set (True) on a response whose view marked the claim's transaction for rollback

@@ -21,7 +21,7 @@ TEMPLATE = "idempotency_django/refusal.html"
 HTML_STATUSES = frozenset({400, 409, 422})
 _PROBLEM_TYPES = ["application/problem+json", "application/json", "text/html"]
 # Without APP_DIRS (an API-only project, say), the page is found here all the same.
-_OWN_TEMPLATES = Path(__file__).parent / "templates"
+_OWN_TEMPLATES = Path(__file__).parent.parent / "templates"
 
 # What a person is told, and can do, per refusal: its code (``IdempotencyError.code``).
 _WHAT_HAPPENED = {

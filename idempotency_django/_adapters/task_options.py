@@ -7,11 +7,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from idempotency_django.conf import MAX_WAIT, bounded
-from idempotency_django.options import check_options
+from idempotency_django._conf import MAX_WAIT, bounded
+from idempotency_django._protocol.options import check_options
 
 if TYPE_CHECKING:
-    from idempotency_django.serializers import Serializer
+    from idempotency_django._storage.serializers import Serializer
 
 ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
 KeyOf = Callable[..., "str | None"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from idempotency_django.core import IdempotencyContext
+from idempotency_django._protocol.core import IdempotencyContext
 
 if TYPE_CHECKING:
     from rest_framework.request import Request

@@ -11,11 +11,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.http import HttpRequest
 
-from idempotency_django import conf as settings_module
-from idempotency_django.conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
+from idempotency_django import _conf as settings_module
+from idempotency_django._conf import MAX_TTL, MAX_WAIT, TenantResolver, bounded, conf
+from idempotency_django._protocol.fingerprint import Fingerprinter, request_fingerprint
+from idempotency_django._protocol.redact import Redactor, redactor
 from idempotency_django.databases import chooser, entries_alias, setting
-from idempotency_django.fingerprint import Fingerprinter, request_fingerprint
-from idempotency_django.redact import Redactor, redactor
 
 KeyExtractor = Callable[[HttpRequest], "str | None"]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})

@@ -29,8 +29,8 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-from idempotency_django.conf import conf
-from idempotency_django.store.sql import is_postgres
+from idempotency_django._conf import conf
+from idempotency_django._storage.store.sql import is_postgres
 
 
 @functools.cache

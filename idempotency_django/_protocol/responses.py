@@ -8,7 +8,7 @@ from http.client import responses as STANDARD_PHRASES
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from idempotency_django import refusal_pages
+from idempotency_django._protocol import refusal_pages
 from idempotency_django.exceptions import IdempotencyError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"

@@ -1,5 +1,5 @@
 """Idempotent GraphQL mutation fields: the graphql-core part the Strawberry and Graphene
-adapters share, a thin layer over :func:`idempotency_django.core.protect`.
+adapters share, a thin layer over :func:`idempotency_django._protocol.core.protect`.
 
 A protected field is executed by the stack's execution context (graphql-core's
 ``execute_field``), so that what runs inside the claim's transaction is the field
@@ -45,10 +45,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse
 from django.http.request import RawPostDataException
 
-from idempotency_django import core
+from idempotency_django._protocol import core
+from idempotency_django._protocol.fingerprint import arguments_digest
+from idempotency_django._protocol.options import Options, Policy
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
-from idempotency_django.fingerprint import arguments_digest
-from idempotency_django.options import Options, Policy
 
 try:
     from graphql import (

@@ -36,7 +36,7 @@ from django.db import OperationalError, connections, router, transaction
 from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
-from idempotency_django.conf import conf
+from idempotency_django._conf import conf
 from idempotency_django.databases import default_alias
 
 _SEED = b"idempotency_django.derive"

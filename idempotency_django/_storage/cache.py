@@ -41,8 +41,8 @@ from django.core.signals import request_finished, request_started
 from django.db import DatabaseError
 
 from idempotency_django import signals
-from idempotency_django.seal import Sealed
-from idempotency_django.secret import cache_secret, database_identity
+from idempotency_django._storage.seal import Sealed
+from idempotency_django._storage.secret import cache_secret, database_identity
 
 logger = logging.getLogger("idempotency_django")
 PAUSE = 5.0
@@ -201,7 +201,7 @@ def _mac(name: str, body: bytes) -> bytes:
 @functools.lru_cache(maxsize=4)
 def _value_key(secret: bytes) -> bytes:
     # A sub-key: the names' key never tags a value.
-    return hmac.digest(secret, b"idempotency_django.cache.value", "sha256")
+    return hmac.digest(secret, b"idempotency_django._storage.cache.value", "sha256")
 
 
 _LENGTH = struct.Struct(">I")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 
-from idempotency_django.store import pg
-from idempotency_django.store.sql import Claim, Found, Target, take_over
+from idempotency_django._storage.store import pg
+from idempotency_django._storage.store.sql import Claim, Found, Target, take_over
 
 NAME = "lock"
 CLAIMS_IN_TRANSACTION = True

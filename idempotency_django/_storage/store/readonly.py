@@ -31,12 +31,10 @@ from typing import Any
 from django.db import IntegrityError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from idempotency_django import seal
-from idempotency_django.exceptions import RequestInProgress
-from idempotency_django.models import IdempotencyEntry
-from idempotency_django.responses import StoredResponse
-from idempotency_django.store import carry, pg, prepared
-from idempotency_django.store.sql import (
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
+from idempotency_django._storage.store import carry, pg, prepared
+from idempotency_django._storage.store.sql import (
     BUSY,
     Claim,
     Found,
@@ -52,6 +50,8 @@ from idempotency_django.store.sql import (
     table,
     where_key,
 )
+from idempotency_django.exceptions import RequestInProgress
+from idempotency_django.models import IdempotencyEntry
 
 # Tests turn it off to run every path under both claim forms.
 ENABLED = True

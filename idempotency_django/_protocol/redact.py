@@ -26,7 +26,7 @@ from typing import Any
 from django.http import HttpResponse
 from django.http.response import ResponseHeaders
 
-from idempotency_django.responses import StoredResponse, require_plain
+from idempotency_django._protocol.responses import StoredResponse, require_plain
 
 REDACTED_HEADER = "Idempotent-Redacted"
 MARKER = "[redacted]"

@@ -37,8 +37,8 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.encoding import force_bytes
 from django.utils.http import parse_header_parameters
 
-from idempotency_django.canonical import Hash, feed, json_digest, value_digest
-from idempotency_django.conf import compiled
+from idempotency_django._conf import compiled
+from idempotency_django._protocol.canonical import Hash, feed, json_digest, value_digest
 
 Fingerprinter = Callable[[HttpRequest], str]
 Form: TypeAlias = "tuple[QueryDict, MultiValueDict[str, UploadedFile[bytes]]]"

@@ -1,7 +1,7 @@
 """Every SQL statement the protocols issue: ``sql`` (shared), ``lease`` and ``lock``.
 
 A protocol module has ``NAME``, ``CLAIMS_IN_TRANSACTION`` and ``claim``,
-``take_over``, ``hold``, ``release``; :mod:`idempotency_django.execution` picks
+``take_over``, ``hold``, ``release``; :mod:`idempotency_django._protocol.execution` picks
 one per request and drives it.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from idempotency_django.store import lease, lock
-from idempotency_django.store.sql import table
+from idempotency_django._storage.store import lease, lock
+from idempotency_django._storage.store.sql import table
 
 PROTOCOLS: dict[str, ModuleType] = {lease.NAME: lease, lock.NAME: lock}
 
