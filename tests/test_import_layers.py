@@ -10,9 +10,8 @@ a circle hidden by a late import is still a circle.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
-
 import re
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,15 @@ _MODULE_DIRECTIVE = re.compile(r"^\.\. (?:py:)?module:: +(\S+)\s*$", re.MULTILIN
 ROOT = Path(idempotency_django.__file__).parent
 # The lowest rooms, and the only rooms of the package each may import.
 LOWEST = {"_conf": set(), "exceptions": set(), "_protocol.keys": {"exceptions"}}
-BASE = ("_conf", "exceptions", "_protocol.keys", "_storage.secret", "signals", "models", "databases")
+BASE = (
+    "_conf",
+    "exceptions",
+    "_protocol.keys",
+    "_storage.secret",
+    "signals",
+    "models",
+    "databases",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -157,3 +164,17 @@ def test_the_top_level_holds_the_public_modules_and_folders() -> None:
     top = {path.stem for path in ROOT.glob("*.py") if path.stem != "__init__"}
     internal = sorted(top - public - django_places)
     assert internal == ["_conf"], f"internal modules at the top level: {internal}"
+
+
+def test_the_orchestrator_asks_the_cache_once_to_read_and_once_to_fill() -> None:
+    """``_protocol.core`` uses the replay cache through two calls, each returning a value or
+    scheduling the fill: the key's name, its format and its seal stay inside ``_storage``."""
+    tree = ast.parse((ROOT / "_protocol" / "core.py").read_text())
+    asked = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "cache"
+    }
+    assert asked == {"replay", "fill_on_commit"}

@@ -7,13 +7,11 @@ a request idempotent happens here and in :mod:`.execution`.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,19 +31,17 @@ from idempotency_django._protocol.keys import form_field as form_key
 from idempotency_django._protocol.options import SAFE_METHODS, Options, Policy
 from idempotency_django._protocol.redact import stored_answer
 from idempotency_django._protocol.responses import StoredResponse, is_final, require_plain
-from idempotency_django._storage import cache, seal
+from idempotency_django._storage import cache
 from idempotency_django._storage.secret import derive_key
 from idempotency_django._storage.store.pg import IDLE_BOUND
 from idempotency_django._storage.store.sql import Target
 from idempotency_django.exceptions import (
     IdempotencyError,
     KeyMissing,
-    KeyReused,
     NestedRefusal,
 )
 from idempotency_django.models import IdempotencyEntry
 
-logger = logging.getLogger("idempotency_django")
 # Set (True) on a response whose view marked the claim's transaction for rollback
 # but whose answer is final all the same (the DRF mixin's exception handler
 # answering a handler's IntegrityError): the writes roll back, the answer is
@@ -414,18 +410,9 @@ def _from_cache(
     if policy.cache is None:
         return None
     assert context.key is not None
-    hit = cache.get(policy.cache, policy.database, context.tenant, context.key)
-    if hit is None:
-        return None
-    stored_fingerprint, sealed = hit
-    if not fingerprint.matches(stored_fingerprint):
-        raise KeyReused()
-    try:
-        return seal.opened(policy.database, context.tenant, context.key, sealed)
-    except seal.Unreadable as exc:
-        # Never the truth: the database's row answers (or says why it can't).
-        logger.warning("idempotency cache value did not open (%s); using the database", exc.why)
-        return None
+    return cache.replay(
+        policy.cache, policy.database, context.tenant, context.key, fingerprint.matches
+    )
 
 
 def _cache_on_commit(
@@ -438,35 +425,16 @@ def _cache_on_commit(
     """
     if policy.cache is None:
         return
-    alias, database, tenant, key = policy.cache, policy.database, context.tenant, context.key
-    assert key is not None
-    sealed = _sealed_for_cache(policy.database, tenant, key, answer)
-    if sealed is None:
-        return
-    transaction.on_commit(
-        lambda: cache.put(
-            alias,
-            database,
-            tenant,
-            key,
-            fingerprint,
-            sealed,
-            timedelta(seconds=slot.cache_lifetime()),
-        ),
-        using=policy.database,
+    assert context.key is not None
+    cache.fill_on_commit(
+        policy.cache,
+        policy.database,
+        context.tenant,
+        context.key,
+        fingerprint,
+        answer,
+        slot.cache_lifetime,
     )
-
-
-def _sealed_for_cache(
-    using: str, tenant: str, key: str, answer: StoredResponse
-) -> seal.Sealed | None:
-    """The row's own sealed bytes (no second seal); a 0.3 row's plain answer sealed now."""
-    if answer.sealed:
-        return seal.Sealed(answer.status, answer.reason, answer.sealed)
-    try:
-        return seal.seal(using, tenant, key, answer)
-    except IdempotencyError:  # over today's bound: replayed from the database only
-        return None
 
 
 def _replay(context: IdempotencyContext, stored: StoredResponse) -> HttpResponse:

@@ -27,7 +27,6 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from idempotency_django import signals
 from idempotency_django._protocol.responses import StoredResponse
-from idempotency_django._storage import seal
 from idempotency_django._storage.secret import server_secret
 from idempotency_django._storage.store import PROTOCOLS, lock, mysql, pg, readonly, sqlite
 from idempotency_django._storage.store.sql import (
@@ -338,7 +337,7 @@ def _replayable(found: Found, run: Run, matches: Matches, target: Target) -> boo
         raise KeyReused()
     if found.response is None:
         return False
-    run.replay = seal.replayable(target.using, target.tenant, target.key, found.response)
+    run.replay = found.opened(target)
     run.remaining = found.remaining
     return True
 

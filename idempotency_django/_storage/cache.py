@@ -33,16 +33,20 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.core.cache import BaseCache, caches
 from django.core.signals import request_finished, request_started
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from idempotency_django import signals
+from idempotency_django._protocol.responses import StoredResponse
+from idempotency_django._storage import seal
 from idempotency_django._storage.seal import Sealed
 from idempotency_django._storage.secret import cache_secret, database_identity
+from idempotency_django.exceptions import IdempotencyError, KeyReused
 
 logger = logging.getLogger("idempotency_django")
 PAUSE = 5.0
@@ -88,6 +92,61 @@ def get(alias: str, database: str, tenant: str, key: str) -> tuple[str, Sealed] 
             "truncated, or another release's): a miss, the database answers"
         )
     return found
+
+
+def replay(
+    alias: str, database: str, tenant: str, key: str, matches: Callable[[str], bool]
+) -> StoredResponse | None:
+    """The protocol's one read of the cache: the answer of (tenant, key), opened.
+
+    ``None`` on a miss, and on a value that does not open: never the truth, the
+    database's row answers (or says why it can't). Raises 422 for another payload's.
+    """
+    hit = get(alias, database, tenant, key)
+    if hit is None:
+        return None
+    stored_fingerprint, sealed = hit
+    if not matches(stored_fingerprint):
+        raise KeyReused()
+    try:
+        return seal.opened(database, tenant, key, sealed)
+    except seal.Unreadable as exc:
+        logger.warning("idempotency cache value did not open (%s); using the database", exc.why)
+        return None
+
+
+def fill_on_commit(
+    alias: str,
+    database: str,
+    tenant: str,
+    key: str,
+    fingerprint: str,
+    answer: StoredResponse,
+    lifetime: Callable[[], float],
+) -> None:
+    """The protocol's one fill: cache ``answer`` once the transaction commits, for
+    ``lifetime()`` seconds then (never past the entry's own expiry)."""
+    sealed = _sealed_for_cache(database, tenant, key, answer)
+    if sealed is None:
+        return
+    transaction.on_commit(
+        lambda: put(
+            alias, database, tenant, key, fingerprint, sealed, timedelta(seconds=lifetime())
+        ),
+        using=database,
+    )
+
+
+def _sealed_for_cache(
+    using: str, tenant: str, key: str, answer: StoredResponse
+) -> seal.Sealed | None:
+    """The row's own sealed bytes (no second seal); a 0.3 row's plain answer sealed now."""
+    if answer.sealed:
+        return seal.Sealed(answer.status, answer.reason, answer.sealed)
+    try:
+        return seal.seal(using, tenant, key, answer)
+    except IdempotencyError:  # over today's bound: replayed from the database only
+        return None
 
 
 def put(

@@ -70,6 +70,12 @@ class Existing:
     dead: bool  # past its TTL, or in progress with its lease passed
     remaining: float  # seconds until it expires, by the database's clock
 
+    def opened(self, target: Target) -> StoredResponse:
+        """The final answer to replay, opened here (the seal is storage's); a 500 problem
+        when it does not open. Asked only once the fingerprint matched."""
+        assert self.response is not None
+        return seal.replayable(target.using, target.tenant, target.key, self.response)
+
 
 class Busy:
     """Another transaction holds the key's advisory lock: a request in flight."""
