@@ -18,7 +18,7 @@ from tests.factories import IdempotencyEntryFactory
 
 # This module is its own URLconf: the test app's URLs don't mount the admin.
 urlpatterns = [path("admin/", admin.site.urls)]
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls(__name__)]
 SECRET_BODY = b'{"card": "tok_secret_4242"}'
 
 

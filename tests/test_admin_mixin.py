@@ -15,7 +15,11 @@ from idempotency_django.forms import FIELD_NAME
 from tests.testapp.form_views import plain_admin
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.testapp.form_views")]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.django_db,
+    pytest.mark.urls("tests.testapp.form_views"),
+]
 
 _KEYS = re.compile(r'name="idempotency_key" value="([^"]+)"')
 

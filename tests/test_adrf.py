@@ -20,7 +20,7 @@ from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key, problem, race
 
-pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faces, pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 Status = IdempotencyEntry.Status
 
 ASYNC_VIEWS = pytest.mark.parametrize(

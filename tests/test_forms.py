@@ -18,7 +18,11 @@ from idempotency_django.forms import FIELD_NAME, IdempotencyKeyField, visitor
 from idempotency_django.models import IdempotencyEntry
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.testapp.form_views")]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.django_db,
+    pytest.mark.urls("tests.testapp.form_views"),
+]
 
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 _KEY = re.compile(r'name="idempotency_key" value="([^"]+)"')

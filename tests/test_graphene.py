@@ -28,7 +28,7 @@ from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key, race
 from tests.testapp import graphene_api
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.faces, pytest.mark.django_db(transaction=True)]
 URL = "/graphene/"
 
 

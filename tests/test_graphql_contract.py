@@ -30,7 +30,7 @@ from idempotency_django.exceptions import PROBLEM_BASE
 from idempotency_django.models import IdempotencyEntry
 from tests.helpers import charges, new_key
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.faces, pytest.mark.django_db(transaction=True)]
 
 Body = dict[str, Any]
 

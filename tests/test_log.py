@@ -43,9 +43,9 @@ def send_outcome(sender: str = "http", **overrides: Any) -> None:
 
 def test_the_app_connects_the_receivers() -> None:
     for signal, uid in [
-        (signals.outcome, "idempotency_django._operations.log.outcome"),
-        (signals.entry_reclaimed, "idempotency_django._operations.log.reclaimed"),
-        (signals.purge_finished, "idempotency_django._operations.log.purge"),
+        (signals.outcome, "idempotency_django.log.outcome"),
+        (signals.entry_reclaimed, "idempotency_django.log.reclaimed"),
+        (signals.purge_finished, "idempotency_django.log.purge"),
     ]:
         assert any(lookup[0] == uid for lookup, *_ in signal.receivers)
 

@@ -27,7 +27,7 @@ from tests.helpers import charges, new_key, race
 from tests.test_docs_examples import _code_blocks
 from tests.testapp.mcp_tools import OrderTools, held
 
-pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faces, pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 
 
 def tools(user: Any = None) -> OrderTools:

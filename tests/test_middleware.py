@@ -26,7 +26,11 @@ from idempotency_django.views import IdempotentFormMixin
 from tests.testapp.models import Charge
 
 JSON = "application/json"
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.testapp.form_views")]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.django_db,
+    pytest.mark.urls("tests.testapp.form_views"),
+]
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -21,7 +21,7 @@ from idempotency_django.models import IdempotencyEntry
 from idempotency_django.ninja import idempotent, principal_tenant
 from tests.helpers import charges, new_key, problem, race
 
-pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faces, pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 Status = IdempotencyEntry.Status
 
 SYNC_AND_ASYNC = pytest.mark.parametrize("path", ["/ninja/charges", "/ninja/async/charges"])

@@ -24,7 +24,11 @@ from idempotency_django.ninja import idempotent, principal_tenant
 from tests.helpers import charges, new_key
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.urls(__name__),
+]
 
 with isolate_apps("tests.testapp"):
 

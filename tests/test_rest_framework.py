@@ -40,7 +40,7 @@ from tests.helpers import charges, new_key, problem, race, stored_answer, unreac
 from tests.testapp import api
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.versions, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faces, pytest.mark.versions, pytest.mark.django_db(transaction=True)]
 Status = IdempotencyEntry.Status
 CHARGES = "/api/charges/"
 

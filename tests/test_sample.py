@@ -23,7 +23,12 @@ from sample_project.payments import checkout
 from sample_project.payments.models import Charge
 from tests.conftest import close_connections_after
 
-pytestmark = [pytest.mark.versions, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.versions,
+    pytest.mark.django_db,
+    pytest.mark.urls("sample_project.urls"),
+]
 
 PAY = "/checkout/pay/"
 

@@ -11,7 +11,7 @@ from idempotency_django.testing import new_key, send
 from sample_project.payments import checkout
 from tests.factories import IdempotencyEntryFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
 PAY = "/checkout/pay/"
 
 

@@ -17,7 +17,7 @@ from sample_project.payments.models import Charge
 from tests.helpers import new_key
 from tests.test_docs_examples import DOCS, _names
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
 
 
 def curl_example() -> tuple[str, dict[str, str], str]:

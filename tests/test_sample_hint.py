@@ -12,7 +12,7 @@ from django.test import Client
 from sample_project.hint import HINT
 from sample_project.payments.management.commands.ensure_demo_user import demo_token
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
 BASE = "http://127.0.0.1:8000"
 
 

@@ -10,7 +10,7 @@ from django.test import Client
 from idempotency_django.testing import assert_replays, new_key, send
 from sample_project.payments.models import Charge
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
 
 
 @pytest.fixture(autouse=True)

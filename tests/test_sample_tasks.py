@@ -16,7 +16,7 @@ from sample_project.payments.models import Charge
 from sample_project.payments.webhooks import sign
 from tests.helpers import new_key
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

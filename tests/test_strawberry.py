@@ -29,7 +29,7 @@ from idempotency_django.strawberry import protection as strawberry_protection
 from tests.helpers import charges, new_key, race
 from tests.testapp import strawberry_api
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.faces, pytest.mark.django_db(transaction=True)]
 
 # (endpoint, mutation field): a sync resolver under sync and async execution, an async one.
 STACKS = pytest.mark.parametrize(

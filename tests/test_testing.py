@@ -58,7 +58,7 @@ urlpatterns = [
     path("api/", include("tests.testapp.api_urls")),
 ]
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 
 def test_a_protected_view_replays(client: Client) -> None:

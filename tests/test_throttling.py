@@ -25,7 +25,11 @@ from idempotency_django.rest_framework import IdempotentMixin
 from tests.helpers import new_key
 from tests.testapp.models import Charge
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [
+    pytest.mark.faces,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.urls(__name__),
+]
 
 
 def amount_of(request: Request) -> int:

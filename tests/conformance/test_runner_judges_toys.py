@@ -23,6 +23,7 @@ ON_SQLITE = pytest.mark.skipif(
 )
 
 pytestmark = [
+    pytest.mark.faces,
     ON_SQLITE,
     pytest.mark.urls("tests.conformance.urls"),
     pytest.mark.django_db(transaction=True),

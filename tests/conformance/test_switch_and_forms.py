@@ -32,6 +32,7 @@ from idempotency_django.testing import run_conformance
 from tests.testapp.models import Charge
 
 pytestmark = [
+    pytest.mark.faces,
     pytest.mark.urls("tests.testapp.switch_views"),
     pytest.mark.django_db(transaction=True),
 ]
