@@ -73,6 +73,16 @@ def test_lease_must_be_shorter_than_ttl() -> None:
         {"IDEMPOTENCY_DRF_ERROR_FORMAT": "drf"},
         {"IDEMPOTENCY_OPEN_LEGACY_ROWS": True},
         {"IDEMPOTENCY_OPEN_LEGACY_ROWS": False},
+        {"IDEMPOTENCY_REQUIRED": True},
+        {"IDEMPOTENCY_REQUIRED": False},
+        {"IDEMPOTENCY_TENANT_RESOLVER": lambda request: "acme"},
+        {"IDEMPOTENCY_TENANT_RESOLVER": "django.utils.text.slugify"},
+        {"IDEMPOTENCY_KEY_MAX_LENGTH": 1},
+        {"IDEMPOTENCY_KEY_MAX_LENGTH": 255},
+        {"IDEMPOTENCY_IDLE_TIMEOUT": None},
+        {"IDEMPOTENCY_IDLE_TIMEOUT": 300},
+        {"IDEMPOTENCY_PREPARED_STATEMENTS": None},
+        {"IDEMPOTENCY_PREPARED_STATEMENTS": False},
     ],
 )
 def test_good_values_pass(settings: dict[str, Any]) -> None:
@@ -198,6 +208,18 @@ def test_this_mysql_server_passes_the_database_checks() -> None:
     assert ids == []
 
 
+@pytest.mark.django_db
+def test_the_database_checks_pass_on_this_server_whichever_it_is() -> None:
+    from django.core.checks import run_checks
+
+    from idempotency_django._operations.checks import check_mysql_server
+
+    # On SQLite and PostgreSQL the MySQL server check asks nothing; MySQL passes it.
+    assert check_mysql_server(databases=["default"]) == []
+    found = [str(m.id) for m in run_checks(databases=["default"])]
+    assert [i for i in found if i.startswith("idempotency")] == []
+
+
 @pytest.mark.parametrize(
     ("vendor", "phrase"),
     [
@@ -236,3 +258,15 @@ def test_the_middleware_last_or_absent_passes_the_order_check() -> None:
         assert check_middleware_order() == []
     with override_settings(MIDDLEWARE=[_SESSIONS, _CSRF, _AUTH]):
         assert check_middleware_order() == []
+
+
+def test_a_middleware_that_does_not_import_is_left_to_django_s_own_error() -> None:
+    from idempotency_django._operations.checks import check_middleware_order
+
+    missing = "no_such_package.middleware.Gone"
+    with override_settings(MIDDLEWARE=[_SESSIONS, _AUTH, _SWITCH, missing]):
+        assert check_middleware_order() == []
+    with override_settings(MIDDLEWARE=[_SESSIONS, _AUTH, _SWITCH, missing, _CSRF]):
+        [error] = check_middleware_order()
+    assert _CSRF in error.msg
+    assert missing not in error.msg

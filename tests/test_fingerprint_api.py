@@ -23,9 +23,11 @@ from idempotency_django._protocol.fingerprint import (
     Keyed,
     RequestSnapshot,
     arguments_digest,
+    bound_arguments,
     digest,
     keyed,
     request_fingerprint,
+    signature_of,
     snapshot,
 )
 
@@ -147,6 +149,61 @@ def test_a_body_read_and_not_kept_is_an_error_not_a_collision() -> None:
         request_fingerprint(request)
 
 
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
+def test_a_large_multipart_read_between_snapshot_and_digest_is_an_error() -> None:
+    request = form_post("b-1", {"file": SimpleUploadedFile("a.bin", bytes(5000))})
+    taken = snapshot(request)
+    assert taken.form is not None  # deferred to digest(): too large to hold now
+    request.read()  # something reads the stream and keeps nothing: POST would be empty
+    with pytest.raises(RawPostDataException, match="read before it was fingerprinted"):
+        digest(taken)
+
+
+def test_a_length_that_is_not_a_number_is_read_as_the_view_would_read_it() -> None:
+    bad = {"CONTENT_LENGTH": "ten"}
+    request = charge()
+    request.META.update(bad)
+    with pytest.raises(ValueError, match="ten"):  # as request.body raises for the view
+        request_fingerprint(request)
+    # A multipart POST is parsed instead, as Django parses it: an empty form.
+    upload = form_post("b-1", {"amount": "5"})
+    upload.META.update(bad)
+    empty = form_post("b-2", {})
+    assert request_fingerprint(upload) == request_fingerprint(empty)
+    assert not upload.POST
+
+
+def test_a_query_string_not_from_a_wsgi_server_is_its_utf8_bytes() -> None:
+    def query(text: str) -> str:
+        return request_fingerprint(factory.get("/c/", QUERY_STRING=text))
+
+    # "€" is not latin-1: nobody decoded bytes as latin-1 to make it, so there is
+    # nothing to undo; it counts as its UTF-8 bytes, as a WSGI server would pass them.
+    assert query("q=€") == query("q=€".encode().decode("latin-1"))
+    assert query("q=€") != query("q=$")
+
+
+def test_more_query_fields_than_django_parses_compare_as_bytes() -> None:
+    def query(text: str) -> str:
+        return request_fingerprint(factory.get(f"/c/?{text}"))
+
+    assert query("a=1&b=2&c=3") == query("c=3&b=2&a=1")  # fields by name
+    with override_settings(DATA_UPLOAD_MAX_NUMBER_FIELDS=2):
+        # Django answers 400 to more: the bytes are exact enough, and cheap.
+        assert query("a=1&b=2&c=3") != query("c=3&b=2&a=1")
+        assert query("a=1&b=2&c=3") == query("a=1&b=2&c=3")
+        assert query("a=1&b=2") == query("b=2&a=1")
+
+
+def test_an_unknown_charset_counts_lower_cased() -> None:
+    def typed(content_type: str) -> str:
+        return request_fingerprint(factory.generic("POST", "/c/", b"hi", content_type))
+
+    assert typed("text/plain; charset=X-Nowhere") == typed("text/plain; charset=x-nowhere")
+    assert typed("text/plain; charset=x-nowhere") != typed("text/plain; charset=x-elsewhere")
+    assert typed("text/plain; charset=x-nowhere") != typed("text/plain")
+
+
 def test_a_multipart_put_parsed_by_drf_is_fingerprinted_from_its_parse() -> None:
     data = {"amount": "1", "note": "longer than the limit below"}
     expected = request_fingerprint(form_post("b-3", data, "put"))
@@ -233,6 +290,36 @@ def test_arguments_that_are_not_json_raise_type_error_naming_the_type(
 ) -> None:
     with pytest.raises(TypeError, match=named):
         arguments_digest(value)
+
+
+def test_arguments_are_named_so_a_call_spelled_another_way_agrees() -> None:
+    def charge_order(order_id: int, copies: int = 1) -> None: ...
+
+    shape = signature_of(charge_order)
+    named = bound_arguments(shape, (5,), {})
+    assert named == {"order_id": 5, "copies": 1}
+    assert bound_arguments(shape, (), {"order_id": 5}) == named
+    assert bound_arguments(shape, (5, 1), {}) == named
+
+
+def test_arguments_the_signature_refuses_are_kept_as_given() -> None:
+    def charge_order(order_id: int) -> None: ...
+
+    # The call itself then fails with its own TypeError; the digest must not.
+    refused = bound_arguments(signature_of(charge_order), (5, 6), {"x": 1})
+    assert refused == {"args": [5, 6], "kwargs": {"x": 1}}
+    assert arguments_digest(refused) != arguments_digest({"order_id": 5})
+
+
+def test_a_callable_without_a_signature_is_digested_by_its_arguments_as_given() -> None:
+    assert signature_of(max) is None  # a builtin: inspect.signature raises ValueError
+    assert bound_arguments(None, (1, 2), {"key": None}) == {
+        "args": [1, 2],
+        "kwargs": {"key": None},
+    }
+    assert arguments_digest(bound_arguments(None, (1, 2), {})) != arguments_digest(
+        bound_arguments(None, (2, 1), {})
+    )
 
 
 def test_arguments_digest_is_not_a_request_fingerprint() -> None:

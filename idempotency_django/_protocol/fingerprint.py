@@ -32,7 +32,6 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, QueryDict
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.http.request import RawPostDataException
-from django.utils.crypto import salted_hmac
 from django.utils.datastructures import MultiValueDict
 from django.utils.encoding import force_bytes
 from django.utils.http import parse_header_parameters
@@ -195,11 +194,6 @@ def digest(snapshot: RequestSnapshot) -> str:
     feed(result, _canonical_content_type(snapshot.content_type))
     feed(result, _body_digest(snapshot))
     return result.hexdigest()
-
-
-def _hmac(digest: str, secret: str | bytes) -> str:
-    message = digest.encode("utf-8", "surrogatepass")
-    return salted_hmac(_KEY_SALT, message, secret=secret, algorithm="sha256").hexdigest()
 
 
 # --- taking the snapshot -------------------------------------------------------------------------

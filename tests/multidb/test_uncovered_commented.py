@@ -119,7 +119,8 @@ def guarded(alias: str) -> bool:
     """Whether ``alias``'s driver connection checks what its own cursors send."""
     conn = connections[alias]
     if conn.vendor == "sqlite":
-        return hasattr(conn, "_idempotency_authorized")
+        # The sqlite3 connection whose authorizer the guard set: a newer one is not guarded.
+        return getattr(conn, "_idempotency_authorized", None) is conn.connection
     attribute = "cursorclass" if conn.vendor == "mysql" else "cursor_factory"
     return hasattr(getattr(conn.connection, attribute), "_idempotency_unguarded")
 
@@ -222,3 +223,71 @@ def test_a_statement_sqlite_cached_while_declared_is_refused_once_undeclared() -
     with pytest.raises(databases.UncoveredWrite, match="'shard1'"):
         _post_write("/declared-then-undeclared/", key)
     assert not Charge.objects.using("shard1").filter(reference=f"{key}-undeclared").exists()
+
+
+def _driver_insert(alias: str, reference: str, many: bool = False) -> None:
+    """A charge inserted through ``alias``'s driver cursor (``executemany`` if ``many``)."""
+    conn = connections[alias]
+    conn.ensure_connection()
+    sql = insert_sql(conn, "?" if conn.vendor == "sqlite" else "%s")
+    cursor = conn.connection.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, [[reference, 1], [f"{reference}-2", 1]])
+        else:
+            cursor.execute(sql, [reference, 1])
+    finally:
+        cursor.close()
+    if not conn.get_autocommit():
+        conn.connection.commit()
+
+
+def test_a_write_through_the_drivers_executemany_is_refused(shard1_state: str) -> None:
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match="'shard1'"), databases.watching("default"):
+        _driver_insert("shard1", key, many=True)
+    assert not Charge.objects.using("shard1").filter(reference__startswith=key).exists()
+    assert not guarded("shard1")
+    with databases.watching("default"), databases.uncovered("shard1"):
+        _driver_insert("shard1", key, many=True)  # declared: it runs
+    assert Charge.objects.using("shard1").filter(reference__startswith=key).count() == 2
+
+
+def test_a_connection_reopened_inside_the_view_is_guarded_then_left_plain() -> None:
+    connections["shard1"].ensure_connection()
+    key = new_key()
+    with pytest.raises(databases.UncoveredWrite, match="'shard1'"), databases.watching("default"):
+        assert guarded("shard1")
+        connections["shard1"].close()  # as a view calling close_old_connections() might
+        connections["shard1"].ensure_connection()
+        assert guarded("shard1")  # the new driver connection: guarded from the start
+        _driver_insert("shard1", key)
+    assert not Charge.objects.using("shard1").filter(reference=key).exists()
+    assert not guarded("shard1")
+    _driver_insert("shard1", key)  # outside a protected view: the driver writes freely
+    assert Charge.objects.using("shard1").filter(reference=key).exists()
+
+
+def test_a_connection_closed_inside_the_view_is_left_closed_and_plain() -> None:
+    connections["shard1"].ensure_connection()
+    with databases.watching("default"):
+        connections["shard1"].close()
+    assert connections["shard1"].connection is None  # the view's end reopened nothing
+    connections["shard1"].ensure_connection()
+    assert not guarded("shard1")
+
+
+def test_a_driver_connection_closed_by_hand_inside_the_view_ends_it_cleanly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    conn = connections["shard1"]
+    conn.ensure_connection()
+    try:
+        with caplog.at_level("DEBUG", logger="idempotency_django"), databases.watching("default"):
+            conn.connection.close()  # behind Django's back
+        if conn.vendor == "sqlite":  # sqlite3 refuses the authorizer on a closed database
+            assert "could not put 'shard1''s driver cursors back" in caplog.text
+    finally:
+        conn.close()
+    conn.ensure_connection()
+    assert not guarded("shard1")
