@@ -234,3 +234,79 @@ def test_a_celery_and_a_django_task_count_their_own_statement_timeouts_to_max_at
 
 def _raise(error: BaseException) -> None:
     raise error
+
+
+# --- the store away around the handler: retried or logged, never raised -------------------------
+
+
+def test_the_store_away_counting_a_delivery_is_a_retry_and_the_handler_does_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.consumers import failures
+
+    monkeypatch.setattr(failures, "started", lambda *args: _raise(OperationalError("gone")))
+    verdict = consume("m", lambda: charge("m"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
+    assert verdict.delay == FAST.unavailable_delay
+    assert not Charge.objects.exists()
+
+
+def test_the_store_error_recording_an_answer_rolls_back_the_handler_and_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django._protocol import execution
+    from idempotency_django._storage.store import readonly
+
+    lost = OperationalError("server closed the connection unexpectedly")
+    monkeypatch.setattr(execution, "record_answer", lambda *args: _raise(lost))
+    monkeypatch.setattr(readonly, "record", lambda *args: _raise(lost))
+    verdict = consume("m", lambda: charge("m"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
+    assert verdict.error is lost  # not taken for the packet limit's AnswerTooLarge
+    assert not Charge.objects.exists()
+
+
+def test_a_replay_with_the_brokers_own_count_touches_no_failure_count() -> None:
+    assert consume("n", lambda: charge("n"), attempt=1).outcome == "executed"
+    verdict = consume("n", lambda: charge("again"), attempt=2)
+    assert (verdict.action, verdict.outcome) == ("ack", "replayed")
+    assert verdict.result == {"charge": Charge.objects.get(reference="n").pk}
+    assert not ConsumerFailure.objects.exists()
+
+
+def test_a_replay_whose_count_cannot_be_taken_back_still_acks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django.consumers import failures
+
+    assert consume("done", lambda: charge("done"), policy=FAST).outcome == "executed"
+    monkeypatch.setattr(failures, "forget", lambda *args: _raise(OperationalError("gone")))
+    verdict = consume("done", lambda: charge("again"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("ack", "replayed")
+    assert "could not take back a delivery's count" in caplog.text
+    assert list(Charge.objects.values_list("reference", flat=True)) == ["done"]
+
+
+def test_a_dead_letter_whose_count_cannot_be_marked_is_still_a_dead_letter(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django.consumers import failures
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    for _ in range(FAST.max_attempts - 1):
+        assert consume("bad", fails, policy=FAST).action == "retry"
+    monkeypatch.setattr(failures, "gave_up", lambda *args: _raise(OperationalError("gone")))
+    with received(signals.dead_lettered) as dead:
+        verdict = consume("bad", fails, policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("dead_letter", "exhausted")
+    assert [d["attempts"] for d in dead] == [FAST.max_attempts]
+    assert "could not mark the failure count of a dead letter" in caplog.text
+
+
+@pytest.mark.parametrize("message_id", [42, None, b"bytes"])
+def test_a_message_id_that_is_not_a_str_is_the_programmers_error(message_id: Any) -> None:
+    with pytest.raises(TypeError, match="takes the message id as a str"):
+        consume(message_id, lambda: charge("never"))
+    assert not Charge.objects.exists()
