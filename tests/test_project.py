@@ -88,6 +88,7 @@ def view(request: HttpRequest) -> HttpResponse:
         ({"fingerprint": "x"}, "callable"),
         ({"database": 1}, "must be a str"),
         ({"ttl": 10, "lease": 10}, "shorter than @idempotent"),
+        ({"protocol": "sqlite"}, 'must be "lock" or "lease", got \'sqlite\''),
     ],
 )
 def test_wrong_options_fail_when_applied(options: dict[str, Any], message: str) -> None:
@@ -113,6 +114,46 @@ def test_unknown_option_names_the_decorator_and_the_valid_options() -> None:
     assert "Options" not in message
     for option in ("header", "required", "ttl", "lease", "methods", "key", "fingerprint"):
         assert option in message.partition("the options are: ")[2].rstrip(".").split(", ")
+
+
+class _UnhashableKey:
+    """A key extractor that is a callable object defining ``__eq__``: not hashable."""
+
+    def __init__(self, header: str) -> None:
+        self.header = header
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _UnhashableKey) and other.header == self.header
+
+    def __call__(self, request: HttpRequest) -> str | None:
+        return request.headers.get(self.header)
+
+
+def test_an_unhashable_option_is_used_as_given_and_follows_the_settings() -> None:
+    from django.test import override_settings
+
+    from idempotency_django._protocol.options import Options
+
+    extractor = _UnhashableKey("X-Order")
+    options = Options.build(key=extractor, ttl=120)
+    policy = options.resolve()
+    assert policy.key is extractor
+    assert policy.ttl == timedelta(seconds=120)
+    with override_settings(IDEMPOTENCY_HEADER="X-Request-Key"):
+        assert options.resolve().header == "X-Request-Key"
+    assert options.resolve().header == "Idempotency-Key"
+
+
+def test_options_built_per_request_do_not_grow_the_compiled_policies_without_bound() -> None:
+    from idempotency_django._protocol.options import _COMPILED, Options
+
+    def extractor_for(n: int) -> Any:
+        return lambda request: str(n)  # a new callable each time: a new Options value
+
+    policies = [Options.build(key=extractor_for(n)).resolve() for n in range(1100)]
+    assert len(_COMPILED) <= 1024
+    assert policies[-1].key is not None
+    assert policies[-1].key(RequestFactory().get("/")) == "1099"
 
 
 def test_unknown_options_are_all_named() -> None:
