@@ -186,3 +186,27 @@ def test_a_ninja_api_keys_entry_is_found_by_its_credential(monkeypatch: Any) -> 
     assert "key:             n1" in inspect("n1", "--credential", "-")
     with pytest.raises(CommandError):
         inspect("n1", "--credential", "key-bob")
+
+
+@pytest.mark.parametrize("stdin", ["\n", ""], ids=["blank line", "end of input"])
+def test_an_empty_credential_is_a_command_error_not_a_lookup(monkeypatch: Any, stdin: str) -> None:
+    IdempotencyEntryFactory.create(key="n1")  # under the empty tenant: must not be found
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    with pytest.raises(CommandError, match="The credential must not be empty"):
+        inspect("n1", "--credential", "-")
+    with pytest.raises(CommandError, match="The credential must not be empty"):
+        inspect("n1", "--credential", "")
+
+
+def test_a_credential_without_django_ninja_names_what_it_needs(monkeypatch: Any) -> None:
+    import sys
+
+    IdempotencyEntryFactory.create(key="n1")
+    monkeypatch.setitem(sys.modules, "idempotency_django.ninja", None)  # as if not installed
+    with pytest.raises(CommandError, match="--credential needs Django Ninja"):
+        inspect("n1", "--credential", "key-alice")
+
+
+def test_a_body_that_is_not_utf8_is_shown_escaped() -> None:
+    IdempotencyEntryFactory.create(key="bin", response_body=b"caf\xe9 \xff")
+    assert inspect("bin", "--show-body").endswith("\n\ncaf\\xe9 \\xff\n")

@@ -172,7 +172,5 @@ def shown_body(found: lookup.Found, using: str) -> str:
     return "\n".join([*lines, "", body_text(answer.body)])
 
 
-def body_text(body: bytes | memoryview | None) -> str:
-    if body is None:
-        return "(no stored body)"
-    return bytes(body).decode("utf-8", "backslashreplace")
+def body_text(body: bytes) -> str:
+    return body.decode("utf-8", "backslashreplace")
