@@ -189,6 +189,36 @@ def test_the_refusal_page_never_links_to_another_site() -> None:
     assert "evil.example" not in page
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_refusal_page_links_back_to_the_sites_own_form_page(scheme: str) -> None:
+    from idempotency_django._protocol.responses import problem_response
+    from idempotency_django.exceptions import RequestInProgress
+
+    back = f"{scheme}://testserver/shop/checkout/?step=2"
+    request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER, HTTP_REFERER=back)
+    response = problem_response(RequestInProgress(retry_after=1), request)
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "This form is still being sent" in page
+    assert f'<a href="{back}">Back to the form\'s page</a>' in page
+    assert 'href="/forms/charge/" id="fresh-form"' in page
+
+
+def test_without_app_dirs_the_refusal_page_is_found_all_the_same(settings: Any) -> None:
+    from idempotency_django._protocol.responses import problem_response
+    from idempotency_django.exceptions import KeyReused
+
+    settings.TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates"}]
+    request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER)
+    response = problem_response(KeyReused(), request)
+    assert response.status_code == 422
+    assert response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    assert "This form was already sent" in page
+    assert 'href="/forms/charge/" id="fresh-form"' in page
+    assert response["Cache-Control"] == "no-store"
+
+
 # --- the mixin for generic editing views ---------------------------------------------------------
 
 
