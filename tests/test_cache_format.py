@@ -162,3 +162,80 @@ def test_a_database_error_reading_the_identity_is_a_miss_not_a_paused_cache(
     monkeypatch.setattr(cache, "database_identity", away)
     assert cache.get("local", "default", "", "k") is None
     assert not cache._paused("local")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        cache._HEAD.pack(3, 201, 5, 0, 0) + b"f",  # lengths past the end
+        cache._HEAD.pack(3, 201, 1, 0, 0) + b"f" + b"left over",  # bytes past the lengths
+        cache._HEAD.pack(3, 201, 1, 0, 0) + b"\xff",  # a fingerprint that is not UTF-8
+    ],
+    ids=["short", "long", "not-utf8"],
+)
+def test_a_value_that_authenticates_but_does_not_parse_is_a_miss(body: bytes) -> None:
+    # Only this project's key tags a value: another release's layout, never a crash.
+    assert cache.decode(NAME, body + cache._mac(NAME, body)) is None
+
+
+def test_a_cached_value_that_does_not_open_is_a_miss_the_database_answers(
+    local: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache.put("local", "default", "", "k", "fp", Sealed(201, "Created", b"\x02not sealed"), TTL)
+    assert cache.get("local", "default", "", "k") is not None  # authenticated, stored by us
+    assert cache.replay("local", "default", "", "k", lambda stored: stored == "fp") is None
+    assert "idempotency cache value did not open" in caplog.text
+
+
+def test_a_cache_that_refuses_a_write_is_left_alone_for_a_while(
+    local: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django import signals
+
+    monkeypatch.setattr(cache, "_paused_until", {})
+    failed: list[str] = []
+
+    def refusing(*args: Any) -> None:
+        raise ConnectionError("READONLY You can't write against a read only replica.")
+
+    def receiver(sender: str, operation: str, **kwargs: Any) -> None:
+        failed.append(operation)
+
+    signals.cache_failed.connect(receiver)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(caches["local"], "set", refusing)
+            cache.put("local", "default", "", "k", "fp", ANSWER, TTL)
+    finally:
+        signals.cache_failed.disconnect(receiver)
+    assert failed == ["set"]
+    assert "answer not cached" in caplog.text
+    assert cache._paused("local")
+    cache.put("local", "default", "", "k", "fp", ANSWER, TTL)  # paused: not even sent
+    cache._paused_until.clear()
+    assert cache.get("local", "default", "", "k") is None
+    cache.put("local", "default", "", "k", "fp", ANSWER, TTL)  # back: written again
+    assert cache.get("local", "default", "", "k") == ("fp", ANSWER)
+
+
+def test_a_plain_answer_is_sealed_for_the_cache_unless_over_todays_bound(
+    local: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    from idempotency_django._protocol.responses import StoredResponse
+
+    answer = StoredResponse(201, [("Content-Type", "application/json")], b'{"id": 7}', "Created")
+    assert not answer.sealed  # as a 0.3 row holds it: in clear
+    with django_capture_on_commit_callbacks(execute=True):
+        cache.fill_on_commit("local", "default", "", "small", "fp", answer, lambda: 60.0)
+    opened = cache.replay("local", "default", "", "small", lambda stored: stored == "fp")
+    assert opened is not None
+    assert (opened.status, opened.headers, opened.body) == (201, answer.headers, answer.body)
+
+    large = StoredResponse(201, [], bytes(5000), "Created")
+    with (
+        override_settings(IDEMPOTENCY_MAX_STORED_BYTES=1024),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
+        cache.fill_on_commit("local", "default", "", "large", "fp", large, lambda: 60.0)
+    assert callbacks == []  # replayed from the database only
+    assert cache.get("local", "default", "", "large") is None
