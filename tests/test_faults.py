@@ -60,3 +60,35 @@ def test_failed_commit_frees_the_key() -> None:
     assert not IdempotencyEntry.objects.filter(key=key).exists()
     assert post(client, "/charges/", key).status_code == 201
     assert charges(key) == 1
+
+
+@pytest.mark.parametrize("release_fails", [False, True], ids=["released", "release-fails"])
+def test_a_lease_claim_taken_over_before_its_lock_is_a_409_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, release_fails: bool
+) -> None:
+    """Between the lease claim (autocommit) and the row lock another request took the key."""
+    from django.test import override_settings
+
+    from idempotency_django._storage.store import lease
+
+    monkeypatch.setattr(lease, "hold", lambda *args: False)
+    if release_fails:
+        lost = OperationalError("server closed the connection unexpectedly")
+        monkeypatch.setattr(lease, "release", lambda claim: _raise(lost))
+    client = Client(raise_request_exception=False)
+    key = new_key()
+    with override_settings(IDEMPOTENCY_PROTOCOL="lease"):
+        refused = post(client, "/charges/", key)
+    assert refused.status_code == 409
+    assert charges(key) == 0
+    left = IdempotencyEntry.objects.filter(key=key)
+    if release_fails:
+        # Our claim's row stays until its lease passes: the key is never freed early.
+        assert "could not release an idempotency claim; its lease will expire" in caplog.text
+        assert left.get().status == IdempotencyEntry.Status.IN_PROGRESS
+    else:
+        assert not left.exists()  # our claim released: the key behaves as new
+
+
+def _raise(error: BaseException) -> None:
+    raise error

@@ -107,6 +107,28 @@ def test_inside_a_callers_transaction_the_mark_is_left_to_the_claim(
     assert charges(key) == 1
 
 
+@pytest.mark.requires_postgres
+def test_a_marked_retry_whose_read_meets_the_database_away_is_a_503(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    from idempotency_django._protocol import execution
+
+    key = new_key()
+    assert post(client, "/charges/", key).status_code == 201
+
+    def away(target: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "read", away)
+    again = post(client, "/charges/", key, **MARKED)
+    assert again.status_code == 503  # translated as a claim's error: retry later
+    assert problem(again)["status"] == 503
+    assert "Idempotent-Replayed" not in again
+    assert charges(key) == 1
+
+
 def test_under_the_lease_protocol_the_mark_adds_no_lookup(
     client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

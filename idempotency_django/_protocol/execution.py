@@ -67,7 +67,6 @@ class Run:
     recording: bool = False  # the body has returned: its answer is being stored, then committed
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
-    _recorded_at: float = field(default=0.0, repr=False)
 
     def record(self, status: str, answer: StoredResponse, last: bool = False) -> None:
         """Store the final answer in the body's transaction (fenced on the claim's owner).
@@ -91,13 +90,13 @@ class Run:
                 "The answer is over the database's max_allowed_packet, so it could not be "
                 "stored for replays; nothing was committed."
             ) from exc
-        self._recorded_at = time.monotonic()
 
     def cache_lifetime(self) -> float:
-        """Seconds a replay cache may keep the answer: never past the entry itself."""
-        if self.replay is not None:
-            return self.remaining
-        return self._ttl.total_seconds() - (time.monotonic() - self._recorded_at)
+        """Seconds a replay cache may keep the replayed answer: never past the entry itself.
+
+        Only a replay fills the cache (``core._cache_on_commit``): an execution doesn't.
+        """
+        return self.remaining
 
 
 def status_of(answer: StoredResponse) -> str:
