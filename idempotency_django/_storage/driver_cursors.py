@@ -120,9 +120,7 @@ def _unguard(conn: BaseDatabaseWrapper) -> None:
             raw.set_authorizer(None)
             delattr(conn, _AUTHORIZED)
         return
-    attribute = _ATTRIBUTE.get(conn.vendor)
-    if attribute is None:
-        return
+    attribute = _ATTRIBUTE[conn.vendor]  # only a connection _guard() guarded comes here
     base = getattr(getattr(raw, attribute, None), _BASE, None)
     if base is not None:
         setattr(raw, attribute, base)
