@@ -346,3 +346,41 @@ def test_missing_key_message_with_an_extractor_does_not_name_the_header() -> Non
     response = protected(RequestFactory().post("/x/", "{}", content_type="application/json"))
     assert response.status_code == 400
     assert b"Idempotency-Key" not in response.content
+
+
+# --- request.idempotency on a request the protection lets through ---------------------------------
+
+
+def _context_of(request: HttpRequest) -> HttpResponse:
+    context = request.idempotency  # type: ignore[attr-defined]
+    return HttpResponse(json.dumps({"key": context.key, "tenant": context.tenant}))
+
+
+def test_a_safe_request_gets_a_context_without_a_key_and_its_tenant() -> None:
+    view = idempotent(tenant=lambda request: "acme")(_context_of)
+    answer = view(RequestFactory().get("/", HTTP_IDEMPOTENCY_KEY="ignored"))
+    assert json.loads(answer.content) == {"key": None, "tenant": "acme"}
+
+
+def test_a_tenant_resolver_failing_on_a_let_through_request_leaves_the_tenant_empty() -> None:
+    def broken(request: HttpRequest) -> str:
+        raise LookupError("no account on an anonymous GET")
+
+    view = idempotent(tenant=broken)(_context_of)
+    assert json.loads(view(RequestFactory().get("/")).content) == {"key": None, "tenant": ""}
+
+
+def test_two_protections_let_a_request_through_with_the_outer_ones_context() -> None:
+    inner = idempotent(tenant=lambda request: "inner")(_context_of)
+    outer = idempotent(tenant=lambda request: "outer")(inner)
+    assert json.loads(outer(RequestFactory().get("/")).content)["tenant"] == "outer"
+
+
+def test_derive_without_a_key_says_why_there_is_none() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    def derives(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(request.idempotency.derive("stripe"))  # type: ignore[attr-defined]
+
+    with pytest.raises(ImproperlyConfigured, match=r"derive\(\) needs an idempotency key"):
+        idempotent(derives)(RequestFactory().get("/"))
