@@ -104,15 +104,13 @@ def applies(request: HttpRequest, options: Options) -> bool:
     return method not in SAFE_METHODS and method in options.methods
 
 
-def passing_through(request: HttpRequest, tenant_of: TenantOf | None = None) -> None:
+def passing_through(request: HttpRequest, tenant_of: TenantOf) -> None:
     """``request.idempotency`` for a request the protection lets through untouched."""
     if not hasattr(request, "idempotency"):
-        tenant = ""
-        if tenant_of is not None:
-            try:
-                tenant = str(tenant_of())
-            except Exception:  # noqa: BLE001  (only informative here)
-                tenant = ""
+        try:
+            tenant = str(tenant_of())
+        except Exception:  # noqa: BLE001  (only informative here)
+            tenant = ""
         request.idempotency = IdempotencyContext(None, tenant)  # type: ignore[attr-defined]
 
 
