@@ -56,6 +56,15 @@ def test_a_task_key_is_shown_with_its_scope_apart(admin_client: Client) -> None:
     assert "\x1f" not in page
 
 
+def test_a_long_tenant_is_cut_in_the_changelist_and_whole_in_its_tooltip(
+    admin_client: Client,
+) -> None:
+    tenant = "session:" + "d" * 64  # a visitor's key space: a digest of their session mark
+    IdempotencyEntryFactory.create(tenant=tenant, key="order-18")
+    page = admin_client.get(url("changelist")).content.decode()
+    assert f'<span title="{tenant}">{tenant[:19]}…</span>' in page
+
+
 @pytest.mark.parametrize(("query", "expected"), [("order-1", {"order-1"}), ("acme", {"order-1"})])
 def test_search_by_key_and_tenant(admin_client: Client, query: str, expected: set[str]) -> None:
     IdempotencyEntryFactory.create(tenant="acme", key="order-1")

@@ -4,13 +4,14 @@ once per rendered form; protect_admin() gives every registered ModelAdmin the mi
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
 
-from idempotency_django.admin import IdempotentAdminMixin
+from idempotency_django.admin import IdempotentAdminMixin, protect_admin
 from idempotency_django.forms import FIELD_NAME
 from tests.testapp.form_views import plain_admin
 from tests.testapp.models import Charge
@@ -146,3 +147,31 @@ def test_the_admin_add_form_is_saved_once_and_replayed_under_the_middleware(
     assert first.status_code == again.status_code == 302
     assert again["Idempotent-Replayed"] == "true"
     assert Charge.objects.count() == 1
+
+
+def test_protect_admin_leaves_a_model_admin_that_has_the_mixin_with_its_own_options() -> None:
+    from django.contrib import admin
+
+    class OwnAdmin(IdempotentAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+        idempotency_options: ClassVar[Mapping[str, Any]] = {"required": True}
+
+    site = admin.AdminSite(name="own_options_admin")
+    site.register(Charge, OwnAdmin)
+    protect_admin(site)
+    model_admin = site._registry[Charge]
+    assert type(model_admin) is OwnAdmin
+    assert model_admin.get_idempotency_options().required is True
+
+
+def test_a_wrong_admin_option_names_the_model_admin() -> None:
+    from django.contrib import admin
+    from django.core.exceptions import ImproperlyConfigured
+
+    class WrongAdmin(IdempotentAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+        idempotency_options: ClassVar[Mapping[str, Any]] = {"ttl_seconds": 3}
+
+    model_admin = WrongAdmin(Charge, admin.AdminSite(name="wrong_options_admin"))
+    with pytest.raises(
+        ImproperlyConfigured, match=r"WrongAdmin\.idempotency_options: .*ttl_seconds"
+    ):
+        model_admin.get_idempotency_options()

@@ -393,6 +393,21 @@ def test_a_form_posts_duplicate_waits_for_the_first_by_default_but_a_views_wait_
     assert form_policy(form, own.resolve(form), own).wait == 0
 
 
+def test_a_form_posts_key_space_is_the_visitor_unless_the_view_names_its_own() -> None:
+    from idempotency_django._protocol.options import Options
+    from idempotency_django.forms import form_policy
+
+    def by_shop(request: Any) -> str:
+        return "shop-1"
+
+    form = RequestFactory().post("/", {"a": "1"})
+    default, own = Options(), Options.build(tenant=by_shop, wait=0)
+    assert form_policy(form, default.resolve(form), default).tenant is visitor
+    policy = own.resolve(form)
+    assert form_policy(form, policy, own) is policy
+    assert policy.tenant(form) == "shop-1"
+
+
 def test_a_refusal_while_the_first_still_runs_is_a_page_that_says_so() -> None:
     from idempotency_django._protocol.responses import problem_response
     from idempotency_django.exceptions import RequestInProgress

@@ -502,3 +502,29 @@ def test_the_middleware_protects_async_views_served_by_asgi(
     assert [answer.status_code for answer in answers] == [201, 201], answers[0].content
     assert answers[1]["Idempotent-Replayed"] == "true"
     assert Charge.objects.count() == 1
+
+
+def test_an_exempt_async_view_stays_async_and_answers_as_itself() -> None:
+    import asyncio
+    import inspect
+
+    async def charge(request: Any) -> str:
+        return f"charged {request.method}"
+
+    exempt = idempotency_exempt(charge)
+    assert inspect.iscoroutinefunction(exempt)
+    assert not protects(_keyed("/x"), exempt)
+    assert asyncio.run(exempt(_keyed("/x"))) == "charged POST"
+
+
+def test_a_keyed_post_to_ninjas_own_docs_views_is_left_to_ninja() -> None:
+    api = NinjaAPI(urls_namespace="middleware-docs")
+
+    @api.post("/x")
+    def operation(request: Any) -> int:
+        return 1
+
+    views = _ninja_views(api)
+    assert not protects(_keyed("/openapi.json"), views["openapi.json"])
+    assert not protects(_keyed("/docs"), views["docs"])
+    assert protects(_keyed("/x"), views["x"])

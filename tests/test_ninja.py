@@ -375,3 +375,106 @@ def test_a_decorate_view_below_it_still_runs() -> None:
     assert "no-cache" in first["Cache-Control"]
     assert retry["Idempotent-Replayed"] == "true"
     assert retry.content == first.content
+
+
+def test_a_positional_argument_that_is_no_function_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        idempotent(3600)  # type: ignore[call-overload]
+
+
+def test_router_wide_options_leave_an_operation_with_its_own_alone() -> None:
+    from ninja import Router
+
+    router = Router()
+    router.add_decorator(idempotent(ttl=60), mode="view")
+
+    @router.post("/charge", auth=None)
+    @idempotent(ttl=3600)
+    def charge(request: Any) -> dict[str, str]:
+        return {"key": request.idempotency.key}
+
+    api = NinjaAPI(urls_namespace="own-options")
+    api.add_router("/", router)
+    views: list[Any] = [p.callback for p in api.urls[0] if str(p.pattern) == "charge"]
+    [view] = views
+    key = new_key()
+    first: Any = view(RequestFactory().post("/charge", headers={"Idempotency-Key": key}))
+    assert first.status_code == 200
+    expires = IdempotencyEntry.objects.get(key=key).expires_at
+    assert expires > timezone.now() + timedelta(seconds=3000)
+
+
+def test_a_streaming_operation_cannot_be_made_idempotent() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    streaming = pytest.importorskip("ninja.streaming")
+    api = NinjaAPI(urls_namespace="streaming-own")
+    with pytest.raises(ImproperlyConfigured, match="a streamed answer can't be stored"):
+
+        @api.post("/numbers", response=streaming.JSONL[int])
+        @idempotent
+        def numbers(request: Any) -> Any:
+            yield 1
+
+
+def test_router_wide_protection_refuses_a_streaming_operation() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from ninja import Router
+
+    streaming = pytest.importorskip("ninja.streaming")
+    router = Router()
+    router.add_decorator(idempotent(ttl=60), mode="view")
+
+    @router.post("/numbers", response=streaming.JSONL[int])
+    def numbers(request: Any) -> Any:
+        yield 1
+
+    api = NinjaAPI(urls_namespace="streaming-wide")
+    api.add_router("/", router)
+    with pytest.raises(ImproperlyConfigured, match="a streamed answer can't be stored"):
+        api.urls  # noqa: B018
+
+
+def test_a_run_replaced_without_functools_wraps_hides_the_operation_and_says_so() -> None:
+    """Another contribution ahead of ours swapped the operation's run for a plain function:
+    @idempotent cannot find its operation, and says where it must go."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    def charge(request: Any) -> dict[str, str]:
+        return {}
+
+    protected = idempotent(charge)
+
+    def plain_run(operation: Any) -> None:
+        original = operation.run
+        operation.run = lambda request, **kwargs: original(request, **kwargs)
+
+    protected._ninja_contribute_to_operation.insert(0, plain_run)  # type: ignore[attr-defined]
+    api = NinjaAPI(urls_namespace="hidden-operation")
+    with pytest.raises(ImproperlyConfigured, match="could not find the Ninja operation"):
+        api.post("/charge", auth=None)(protected)
+
+
+def test_called_outside_a_ninja_operation_it_says_so() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    @idempotent
+    def charge(request: Any) -> dict[str, str]:
+        return {}
+
+    request = RequestFactory().post("/charge", headers={"Idempotency-Key": new_key()})
+    with pytest.raises(ImproperlyConfigured, match="ran outside a Ninja operation"):
+        charge(request)
+
+
+def test_openapi_documents_no_key_header_for_an_operation_keyed_otherwise() -> None:
+    api = NinjaAPI(urls_namespace="keyed-otherwise")
+
+    @api.post("/charge", auth=None)
+    @idempotent(key=lambda request: request.headers.get("X-Request-ID"))
+    def charge(request: Any) -> dict[str, str]:
+        return {}
+
+    operation = api.get_openapi_schema(path_prefix="")["paths"]["/charge"]["post"]
+    assert operation["parameters"] == []  # no Idempotency-Key header: the key is the request's
+    assert "Retry-After" in operation["responses"][409]["headers"]

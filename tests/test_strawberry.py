@@ -14,9 +14,11 @@ import sys
 import threading
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from types import SimpleNamespace
+from typing import Annotated, Any
 
 import pytest
+import strawberry
 from django.contrib.auth import get_user_model
 from django.test import Client, RequestFactory
 
@@ -465,3 +467,123 @@ def test_only_the_types_on_the_way_to_a_protected_field_are_followed() -> None:
     reaching = graphql_fields._reaching(schema, strawberry_protection)
     assert {"Mutation", "AccountOps"} <= reaching
     assert not reaching & {"Query", "ChargePayload", "UserError", "String"}
+
+
+# --- what the shared-key check reads, and what it skips ---------------------------------------
+
+
+def test_typename_beside_a_protected_field_is_answered_and_the_field_replays() -> None:
+    reference, key = new_key(), new_key()
+    query = "mutation($reference: String!) { __typename charge(reference: $reference) { id } }"
+    first = send("/graphql/", query, {"reference": reference}, header=key)
+    retry = send("/graphql/", query, {"reference": reference}, header=key)
+    assert json.loads(first.content)["data"]["__typename"] == "Mutation"
+    assert retry.content == first.content
+    assert charges(reference) == 1
+
+
+def test_a_query_sent_by_get_without_a_json_body_runs() -> None:
+    response = Client().get("/graphql/", {"query": "{ ping }"}, headers={"Idempotency-Key": "k"})
+    assert json.loads(response.content) == {"data": {"ping": "pong"}}
+
+
+def test_a_request_whose_body_was_read_as_a_stream_still_protects_the_field() -> None:
+    """A view that read the body as a stream leaves nothing to read it as a batch: the field is
+    protected as a single document's."""
+    reference, key = new_key(), new_key()
+    request = RequestFactory().post(
+        "/graphql/", b"{}", content_type="application/json", headers={"Idempotency-Key": key}
+    )
+    request.read()
+    request.user = get_user_model()()  # an unsaved user: anonymous to the protection
+    context = SimpleNamespace(request=request)
+    query = "mutation($reference: String!) { charge(reference: $reference) { id } }"
+    results = [
+        strawberry_api.schema.execute_sync(query, {"reference": reference}, context_value=context)
+        for _ in range(2)
+    ]
+    assert [result.errors for result in results] == [None, None]
+    assert results[1].data == results[0].data
+    assert charges(reference) == 1
+
+
+def test_a_batch_item_that_is_no_operation_is_left_to_its_own_error() -> None:
+    """The shared-key check reads only the batch's operations: an item that does not parse,
+    chooses no single operation, spreads an unknown fragment, is a subscription (none in this
+    schema) or has no query string counts nothing; the header-keyed charge beside them runs once and replays."""
+    reference, key = new_key(), new_key()
+    bodies = [
+        {"query": mutation("charge", selection="id"), "variables": {"reference": reference}},
+        {"query": "mutation {"},
+        {"query": 'mutation A { unprotected(reference: "a") } mutation B { ping }'},
+        {"query": "mutation { ...Missing }"},
+        {"query": "subscription { ping }"},
+        {"query": 5},
+    ]
+    payload = json.dumps(bodies)
+    headers = {"Idempotency-Key": key}
+    answers = [
+        json.loads(
+            Client()
+            .post("/graphql/batch/", payload, content_type="application/json", headers=headers)
+            .content
+        )
+        for _ in range(2)
+    ]
+    assert answers[1][0] == answers[0][0]
+    assert "errors" not in answers[0][0], answers[0][0]
+    assert "Syntax Error" in answers[0][1]["errors"][0]["message"]
+    assert "Unknown fragment 'Missing'" in answers[0][3]["errors"][0]["message"]
+    assert "subscription" in answers[0][4]["errors"][0]["message"]
+    assert answers[0][5]["data"] is None
+    assert charges(reference) == 1
+
+
+@strawberry.interface
+class Node:
+    id: int
+
+
+@strawberry.type
+class Wallet(Node):
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def pay(self, reference: str) -> int:
+        return 1
+
+
+@strawberry.interface
+class Reason:
+    reason: str
+
+
+@strawberry.type
+class Empty(Reason):
+    pass
+
+
+@strawberry.type
+class Ops:
+    @strawberry.field
+    def node(self, id: int) -> Node:
+        return Wallet(id=id)
+
+    @strawberry.field
+    def found(self, id: int) -> Annotated[Wallet | Empty, strawberry.union("Found")]:
+        return Wallet(id=id)
+
+
+@strawberry.type
+class Root:
+    @strawberry.field
+    def ops(self) -> Ops:
+        return Ops()
+
+
+def test_a_protected_field_below_an_interface_or_a_union_is_on_the_way() -> None:
+    """``node(id) { ... on Wallet { pay } }`` and ``found(id) { ... on Wallet { pay } }``: the
+    interface and the union are followed to the protected field; a member without one, and an
+    interface only it implements, are not."""
+    schema = strawberry.Schema(query=Root, mutation=Ops, types=[Wallet])
+    reaching = graphql_fields._reaching(schema._schema, strawberry_protection)
+    assert {"Wallet", "Node", "Found", "Ops", "Root"} <= reaching
+    assert not reaching & {"Empty", "Reason"}

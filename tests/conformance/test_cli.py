@@ -10,8 +10,10 @@ test_sample_served.py).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,33 @@ def test_a_stamped_replay_with_string_ids_is_not_run_without_a_count_url_and_fai
     assert main([*argv, "--count-url", f"{http_server}/count/"]) == 1
     verdicts = _verdicts(out)
     assert verdicts["replay"] == verdicts["storm"] == "fail"
+
+
+@pytest.fixture
+def refusing_url() -> Iterator[str]:
+    """A URL whose port is bound but not listening: every connection is refused at once."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{bound.getsockname()[1]}/charges/"
+
+
+def test_an_endpoint_that_does_not_answer_fails_and_the_table_says_why(
+    refusing_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([refusing_url]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "FAIL replay" in printed
+    assert "no answer (ConnectError" in printed
+    assert "the server did not answer" in printed
+
+
+def test_an_unreachable_count_url_is_a_usage_error(
+    refusing_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([refusing_url, "--count-url", refusing_url]) == 2
+    assert f"--count-url {refusing_url}: ConnectError" in capsys.readouterr().err
+
+
+def test_the_body_given_is_the_one_sent() -> None:
+    args = parser().parse_args(["http://x/", "--body", '{"sku": "tea", "amount": 5}'])
+    assert args.body == {"sku": "tea", "amount": 5}

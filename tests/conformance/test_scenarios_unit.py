@@ -345,3 +345,213 @@ def test_a_breach_the_answers_show_still_fails_when_executions_cannot_be_counted
     [result] = scenarios.run_scenarios(Scripted(endpoint), Options(hold=0.01), only=["replay"])
     assert result.verdict == FAIL, result
     assert "without 'Idempotent-Replayed: true'" in result.evidence[-2]
+
+
+def test_a_result_passes_only_with_a_pass_verdict() -> None:
+    assert scenarios.Result("replay", PASS).passed
+    assert not scenarios.Result("replay", FAIL).passed
+    assert not scenarios.Result("replay", NOT_RUN).passed
+
+
+def test_a_server_that_never_answers_is_shown_as_no_answer_with_its_error() -> None:
+    def silent(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        return Answer(0, {}, b"", "ConnectError: refused")
+
+    result = run("replay", silent)
+    assert result.verdict == FAIL, result
+    assert "no answer (ConnectError: refused)" in result.evidence[-2]
+    assert "the server did not answer" in result.evidence[-2]
+
+
+def test_another_body_without_an_integer_amount_is_told_apart_by_a_variant_field() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def duplicate(first: Answer, n: int) -> Answer:
+        return Answer(422, PROBLEM, b'{"status": 422}') if n == 2 else stamped(first)
+
+    endpoint = Endpoint(duplicate)
+
+    def recording(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        bodies.append(json.loads(body))
+        return endpoint(headers, body)
+
+    opts = Options(body={"sku": "tea"}, executions=lambda: endpoint.effects)
+    [result] = scenarios.run_scenarios(Scripted(recording), opts, only=["mismatch-422"])
+    assert result.verdict == PASS, result
+    assert {"sku": "tea", "conformance_variant": 1} in bodies
+    assert bodies[0] == {"sku": "tea"}
+
+
+def test_a_retry_answered_with_another_status_is_not_a_replay() -> None:
+    def ok_not_created(first: Answer, n: int) -> Answer:
+        return Answer(200, {**first.headers, "idempotent-replayed": "true"}, first.body)
+
+    result = run_with("replay", Endpoint(ok_not_created))
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2].startswith(
+        "the marked retry is not the first answer: 200 [replayed]"
+    )
+
+
+def test_another_body_answered_without_an_id_is_judged_on_its_status_alone() -> None:
+    def busy(first: Answer, n: int) -> Answer:
+        return Answer(409, PROBLEM, b'{"status": 409}') if n == 2 else stamped(first)
+
+    result = run_with("mismatch-422", Endpoint(busy))
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2] == 'expected 422, got 409 {"status": 409}'
+
+
+def test_a_422_that_carries_the_stored_answer_reveals_it() -> None:
+    def leaks(first: Answer, n: int) -> Answer:
+        if n == 2:
+            return Answer(422, PROBLEM, b'{"status": 422, "stored": ' + first.body + b"}")
+        return stamped(first)
+
+    result = run_with("mismatch-422", Endpoint(leaks))
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2] == "the 422 reveals the stored answer"
+
+
+class RefusesNoKeyWithAnId(Endpoint):
+    """Answers 400 to a request without a key, but with an ``id``: as if it had created."""
+
+    def __call__(self, headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Key" not in headers:
+            return Answer(400, PROBLEM, b'{"status": 400, "id": 99}')
+        return super().__call__(headers, body)
+
+
+def test_a_400_for_a_missing_key_that_carries_an_id_fails() -> None:
+    result = run_with("key-missing-400", RefusesNoKeyWithAnId(lambda first, n: stamped(first)))
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2] == "no key: the 400 carries an id or a replay"
+
+
+BUSY = Answer(409, {**PROBLEM, "retry-after": "1"}, b'{"status": 409}')
+
+
+class BusyDuringTheStorm(Endpoint):
+    """Every request of the storm (its worker threads) gets 409; so do a storm key's later
+    ones unless the key ``frees``; the rest as ``Endpoint``."""
+
+    def __init__(self, frees: bool) -> None:
+        super().__init__(lambda first, n: stamped(first))
+        self.frees = frees
+        self.stormed: set[str] = set()
+
+    def __call__(self, headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        key = str(headers.get("Idempotency-Key"))
+        if threading.current_thread().name.startswith("conformance-storm"):
+            with self.lock:
+                self.stormed.add(key)
+            return BUSY
+        if key in self.stormed and not self.frees:
+            return BUSY
+        return super().__call__(headers, body)
+
+
+def test_a_storm_answered_only_409_passes_when_each_key_then_creates_once() -> None:
+    result = run_with("storm", BusyDuringTheStorm(frees=True))
+    assert result.verdict == PASS, result
+    # The four follow-ups created ids 2 to 5, between the fresh requests' 1 and 6.
+    assert "ids around the storm: 1, then 6, 7" in result.evidence
+    assert "7 effects counted, 7 expected" in result.evidence
+
+
+def test_a_storm_answered_only_409_fails_when_the_key_never_frees() -> None:
+    result = run_with("storm", BusyDuringTheStorm(frees=False))
+    assert result.verdict == FAIL, result
+    assert "after the storm the key does not replay: 409" in result.evidence[-2]
+
+
+class TwoCallers(Scripted):
+    has_other_caller = True
+
+    def __init__(self, script: Script, other: Answer) -> None:
+        super().__init__(script)
+        self.other = other
+
+    def send(
+        self, headers: Mapping[str, str | bytes], body: bytes, *, other: bool = False
+    ) -> Answer:
+        return self.other if other else self.script(headers, body)
+
+
+def test_another_caller_refused_is_not_a_pass_and_the_hint_names_credentials() -> None:
+    endpoint = Endpoint(lambda first, n: stamped(first))
+    transport = TwoCallers(endpoint, Answer(403, PROBLEM, b'{"detail": "forbidden"}'))
+    opts = Options(executions=lambda: endpoint.effects)
+    [result] = scenarios.run_scenarios(transport, opts, only=["other-caller"])
+    assert result.verdict == FAIL, result
+    assert "the other caller's request did not create" in result.evidence[-2]
+    assert "pass the caller's credentials with --header" in result.evidence[-2]
+
+
+HOOKED = {**PROBLEM, "idempotency-test-hook": "fail"}
+
+
+def test_a_hook_answering_other_than_503_fails_the_transient_scenario() -> None:
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Test-Fail" in headers:
+            return Answer(500, HOOKED, b'{"status": 500}')
+        return created(1)
+
+    result = run("transient-5xx-not-stored", script)
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2].startswith("the hook asked for 503, the answer was 500")
+
+
+def test_a_retry_after_a_503_that_does_not_create_fails() -> None:
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Test-Fail" in headers:
+            return Answer(503, HOOKED, b'{"status": 503}')
+        return Answer(400, PROBLEM, b'{"status": 400}')
+
+    result = run("transient-5xx-not-stored", script)
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2].startswith("the retry did not run afresh")
+
+
+def test_in_process_a_held_request_that_never_reaches_its_view_fails() -> None:
+    class InProcess(Scripted):
+        in_process = True
+
+    # Hooks answer the probe, but the held request returns without entering the hold.
+    script = _held(lambda ident: created(ident - 1, replayed=True))
+    opts = Options(patience=0.01)
+    [result] = scenarios.run_scenarios(InProcess(script), opts, only=["in-flight-409"])
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2] == "the held request never reached its view"
+
+
+def test_a_duplicate_refused_409_while_the_held_request_fails_is_a_failure() -> None:
+    lock, seen = threading.Lock(), dict[str, int]()
+
+    def script(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Test-Fail" in headers:
+            return Answer(503, HOOKED, b"{}")
+        with lock:
+            key = str(headers.get("Idempotency-Key"))
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] == 1:
+                return Answer(500, JSON, b'{"error": "crashed"}')
+            return Answer(409, {**PROBLEM, "retry-after": "1"}, b'{"status": 409}')
+
+    result = run("in-flight-409", script)
+    assert result.verdict == FAIL, result
+    assert result.evidence[-2].startswith("the held request failed: 500")
+
+
+def test_a_scenario_that_cannot_tell_its_executions_keeps_not_telling() -> None:
+    run_ = scenarios.Run(Scripted(lambda headers, body: created(1)), Options())
+    run_.expected = None
+    run_.expect(1)
+    assert run_.expected is None
+
+
+def test_the_first_reason_a_scenario_could_not_count_is_the_one_reported() -> None:
+    run_ = scenarios.Run(Scripted(lambda headers, body: created(1)), Options())
+    scenarios.uncounted(run_, "the retries", "integers")
+    scenarios.uncounted(run_, "the storm", "growing integers")
+    assert run_.uncounted.startswith("the ids are not integers: the executions around the retries")
