@@ -226,7 +226,7 @@ def test_a_plain_answer_is_sealed_for_the_cache_unless_over_todays_bound(
     answer = StoredResponse(201, [("Content-Type", "application/json")], b'{"id": 7}', "Created")
     assert not answer.sealed  # as a 0.3 row holds it: in clear
     with django_capture_on_commit_callbacks(execute=True):
-        cache.fill_on_commit("local", "default", "", "small", "fp", answer, lambda: 60.0)
+        cache.fill_on_commit("local", "default", "", "small", "fp", answer, 60.0)
     opened = cache.replay("local", "default", "", "small", lambda stored: stored == "fp")
     assert opened is not None
     assert (opened.status, opened.headers, opened.body) == (201, answer.headers, answer.body)
@@ -236,6 +236,6 @@ def test_a_plain_answer_is_sealed_for_the_cache_unless_over_todays_bound(
         override_settings(IDEMPOTENCY_MAX_STORED_BYTES=1024),
         django_capture_on_commit_callbacks(execute=True) as callbacks,
     ):
-        cache.fill_on_commit("local", "default", "", "large", "fp", large, lambda: 60.0)
+        cache.fill_on_commit("local", "default", "", "large", "fp", large, 60.0)
     assert callbacks == []  # replayed from the database only
     assert cache.get("local", "default", "", "large") is None

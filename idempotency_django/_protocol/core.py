@@ -431,7 +431,7 @@ def _cache_on_commit(
         context.key,
         fingerprint,
         answer,
-        slot.cache_lifetime,
+        slot.cache_lifetime(),
     )
 
 

@@ -122,19 +122,21 @@ def fill_on_commit(
     key: str,
     fingerprint: str,
     answer: StoredResponse,
-    lifetime: Callable[[], float],
+    lifetime: float,
 ) -> None:
     """The protocol's one fill: cache ``answer`` once the transaction commits, for
-    ``lifetime()`` seconds then (never past the entry's own expiry)."""
+    ``lifetime`` seconds from now, less the time the commit takes (never past the entry's
+    own expiry): a value, so the fill never calls back into the protocol."""
     sealed = _sealed_for_cache(database, tenant, key, answer)
     if sealed is None:
         return
-    transaction.on_commit(
-        lambda: put(
-            alias, database, tenant, key, fingerprint, sealed, timedelta(seconds=lifetime())
-        ),
-        using=database,
-    )
+    expires = time.monotonic() + lifetime
+
+    def fill() -> None:
+        ttl = timedelta(seconds=expires - time.monotonic())
+        put(alias, database, tenant, key, fingerprint, sealed, ttl)
+
+    transaction.on_commit(fill, using=database)
 
 
 def _sealed_for_cache(
