@@ -91,9 +91,10 @@ def _delete_not_truncate(
     transactional test (about a thousand per PostgreSQL pass). A test leaves a handful
     of rows: deleting them takes 1 ms. The foreign keys Django makes on PostgreSQL are
     deferrable, so the order of the DELETEs does not matter inside the flush's
-    transaction. With ``reset_sequences`` (no test here asks), Django's own.
+    transaction. With ``reset_sequences`` or ``allow_cascade`` (no test here asks: they
+    come with ``available_apps``), Django's own.
     """
-    if reset_sequences or not tables:
+    if reset_sequences or kwargs.get("allow_cascade") or not tables:
         truncated: list[str] = _truncate(
             self, style, tables, reset_sequences=reset_sequences, **kwargs
         )

@@ -262,7 +262,7 @@ def _mac(name: str, body: bytes) -> bytes:
 @functools.lru_cache(maxsize=4)
 def _value_key(secret: bytes) -> bytes:
     # A sub-key: the names' key never tags a value.
-    return hmac.digest(secret, b"idempotency_django._storage.cache.value", "sha256")
+    return hmac.digest(secret, b"idempotency_django.cache.value", "sha256")
 
 
 _LENGTH = struct.Struct(">I")

@@ -112,7 +112,7 @@ def new_key() -> str:
 
 
 def key_id(key: bytes) -> bytes:
-    return hashlib.sha256(b"idempotency_django._storage.seal.id" + key).digest()[:_ID]
+    return hashlib.sha256(b"idempotency_django.seal.id" + key).digest()[:_ID]
 
 
 class Ring:
@@ -188,7 +188,7 @@ def ring(using: str) -> Ring:
 
 def _subkey(root: bytes) -> bytes:
     # A subkey: a root is never itself a cipher key.
-    return hmac.new(root, b"idempotency_django._storage.seal", "sha256").digest()
+    return hmac.new(root, b"idempotency_django.seal", "sha256").digest()
 
 
 def _legacy_key(using: str) -> Callable[[], bytes]:
@@ -197,7 +197,7 @@ def _legacy_key(using: str) -> Callable[[], bytes]:
 
         # 0.4's: rooted in the server secret, which the database itself holds.
         return hmac.new(
-            server_secret(using), b"idempotency_django._storage.seal", "sha256"
+            server_secret(using), b"idempotency_django.seal", "sha256"
         ).digest()
 
     return build
