@@ -11,10 +11,11 @@ Runs against SQLite, PostgreSQL and MariaDB (``make test-multidb``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, JsonResponse
 from django.test import Client
 from django.urls import path
@@ -288,6 +289,7 @@ def test_a_driver_connection_closed_by_hand_inside_the_view_ends_it_cleanly(
         if conn.vendor == "sqlite":  # sqlite3 refuses the authorizer on a closed database
             assert "could not put 'shard1''s driver cursors back" in caplog.text
     finally:
-        conn.close()
+        with contextlib.suppress(DatabaseError):  # MySQLdb: closing a closed one is 2006
+            conn.close()  # Django forgets the connection either way
     conn.ensure_connection()
     assert not guarded("shard1")
