@@ -187,9 +187,7 @@ def test_with_idempotency_secret_set_it_is_the_root_and_secret_key_is_not(
 
 # 0.4.3's seal, as it was: its key derived from the persisted secret row.
 def sealed_as_0_4_3(tenant: str, key: str, answer: StoredResponse) -> bytes:
-    derived = hmac.new(
-        secret.server_secret("default"), b"idempotency_django.seal", "sha256"
-    )
+    derived = hmac.new(secret.server_secret("default"), b"idempotency_django.seal", "sha256")
     cipher_key = derived.digest()
     key_id = hashlib.sha256(b"idempotency_django.seal.id" + cipher_key).digest()[:4]
     aad = struct.pack(">I", len(tenant.encode())) + tenant.encode() + key.encode()

@@ -196,9 +196,7 @@ def _legacy_key(using: str) -> Callable[[], bytes]:
         from idempotency_django._storage.secret import server_secret
 
         # 0.4's: rooted in the server secret, which the database itself holds.
-        return hmac.new(
-            server_secret(using), b"idempotency_django.seal", "sha256"
-        ).digest()
+        return hmac.new(server_secret(using), b"idempotency_django.seal", "sha256").digest()
 
     return build
 
