@@ -431,7 +431,7 @@ def _cache_on_commit(
         context.key,
         fingerprint,
         answer,
-        slot.cache_lifetime(),
+        slot.remaining,  # the replayed entry's seconds to live: never past it
     )
 
 

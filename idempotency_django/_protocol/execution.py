@@ -91,13 +91,6 @@ class Run:
                 "stored for replays; nothing was committed."
             ) from exc
 
-    def cache_lifetime(self) -> float:
-        """Seconds a replay cache may keep the replayed answer: never past the entry itself.
-
-        Only a replay fills the cache (``core._cache_on_commit``): an execution doesn't.
-        """
-        return self.remaining
-
 
 def status_of(answer: StoredResponse) -> str:
     if answer.status < 400:
