@@ -119,11 +119,64 @@ def test_make_test_passes_when_every_tier_passes_and_reports_coverage(project: P
     assert len([line for line in log if "coverage run" in line]) == 9
 
 
-def test_ci_runs_make_test_under_errexit() -> None:
-    """.ci/run's ``set -e`` turns make test's failure into CI's."""
-    run = (ROOT / ".ci" / "run").read_text()
-    assert "set -euo pipefail" in run
-    assert "\nmake test\n" in run
+MAKE_STAND_IN = """#!/bin/sh
+# Logs each call; fails the calls in FAIL (comma-separated). ``make test`` ends only
+# once ``make lint`` has started (or fails after 30 s): run after it, never beside it,
+# the chain would never start in time.
+if [ "$*" = "test" ]; then
+  i=0; while [ ! -e "{started}" ]; do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.05; done
+fi
+echo "make $*" >> "{log}"
+if [ "$*" = "lint" ]; then touch "{started}"; fi
+case ",$FAIL," in *",$*,"*) exit 1;; esac
+exit 0
+"""
+
+OTHERS = ["lint", "docs", "docs-clean-env", "first-contact", "tox-corners"]
+
+
+def _ci(tmp_path: Path, fail: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """.ci/run, copied, with a stand-in ``make`` first on PATH."""
+    shutil.copytree(ROOT / ".ci", tmp_path / ".ci")
+    log, started = tmp_path / "make.log", tmp_path / "lint-started"
+    _script(tmp_path / "bin" / "make", MAKE_STAND_IN.format(log=log, started=started))
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "FAIL": fail}
+    result = subprocess.run(
+        ["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, env=env
+    )
+    return result, log.read_text().splitlines()
+
+
+def test_ci_provisions_then_runs_the_others_beside_make_test(tmp_path: Path) -> None:
+    result, calls_made = _ci(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert calls_made[0] == "make services install"
+    assert "make test" in calls_made  # it ended: the chain had started beside it
+    others = [line.split()[1] for line in calls_made if line.split()[1] in OTHERS]
+    assert others == OTHERS  # one chain, in its order
+    assert "==== lint, docs" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("fail", "named"),
+    [("test", "make test failed"), ("docs", "lint, docs, first-contact or tox-corners failed")],
+)
+def test_ci_fails_naming_the_side_that_failed(tmp_path: Path, fail: str, named: str) -> None:
+    result, calls_made = _ci(tmp_path, fail=fail)
+    assert result.returncode != 0
+    assert named in result.stderr
+    ran = [line.split()[1] for line in calls_made]
+    # One side's failure does not stop the other.
+    assert "test" in ran
+    assert "lint" in ran
+    if fail == "docs":
+        assert "first-contact" not in ran  # the chain stops at its first failure
+
+
+def test_ci_stops_before_the_suite_when_provisioning_fails(tmp_path: Path) -> None:
+    result, calls_made = _ci(tmp_path, fail="services install")
+    assert result.returncode != 0
+    assert calls_made == ["make services install"]
 
 
 def test_a_venv_made_by_another_python_is_made_again(project: Path) -> None:
