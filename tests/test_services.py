@@ -122,5 +122,4 @@ def test_item14_make_test_runs_the_provisioning_first() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "\ntest: services install\n" in makefile
     assert "tests/services/up.sh" in makefile
-    # CI provisions before anything else runs (tests/test_make_targets.py runs .ci/run).
-    assert "\nmake services install\n" in (ROOT / ".ci" / "run").read_text()
+    # CI's own order (provisioning first) is run for real in tests/test_make_targets.py.
