@@ -78,38 +78,10 @@ def _claim_form() -> None:
     readonly.ENABLED = CLAIM_FORM == "read-only"
 
 
-_truncate: Any = None
-
-
-def _delete_not_truncate(
-    self: Any, style: Any, tables: list[str], *, reset_sequences: bool = False, **kwargs: Any
-) -> list[str]:
-    """PostgreSQL's flush between transactional tests as DELETEs, not one TRUNCATE.
-
-    Django's ``TRUNCATE`` of the test database's ~20 tables makes a new file for each,
-    synced at commit: 50 ms on a quiet machine, 300 ms under load, after every
-    transactional test (about a thousand per PostgreSQL pass). A test leaves a handful
-    of rows: deleting them takes 1 ms. The foreign keys Django makes on PostgreSQL are
-    deferrable, so the order of the DELETEs does not matter inside the flush's
-    transaction. With ``reset_sequences`` or ``allow_cascade`` (no test here asks: they
-    come with ``available_apps``), Django's own.
-    """
-    if reset_sequences or kwargs.get("allow_cascade") or not tables:
-        truncated: list[str] = _truncate(
-            self, style, tables, reset_sequences=reset_sequences, **kwargs
-        )
-        return truncated
-    quoted = (style.SQL_FIELD(self.quote_name(table)) for table in tables)
-    return ["SET CONSTRAINTS ALL DEFERRED;", *(f"DELETE FROM {table};" for table in quoted)]
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    global _truncate
-    from django.db.backends.postgresql.operations import DatabaseOperations
+    from tests import flush
 
-    if DatabaseOperations.sql_flush is not _delete_not_truncate:
-        _truncate = DatabaseOperations.sql_flush
-        DatabaseOperations.sql_flush = _delete_not_truncate  # type: ignore[method-assign,assignment]
+    flush.install()
     for marker in (
         "requires_postgres: runs only when DATABASE_URL points at PostgreSQL",
         "requires_mysql: runs only when DATABASE_URL points at MySQL or MariaDB",
