@@ -19,7 +19,7 @@ VENV_VERSION := $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:
 VENV_STALE := $(if $(VENV_VERSION),$(filter-out $(PYTHON_VERSION),$(VENV_VERSION)))
 NEW_VENV := $(PYTHON) -m venv $(if $(VENV_STALE),--clear )$(VENV)
 
-.PHONY: FORCE install services run test test-sqlite test-postgres test-mariadb lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
+.PHONY: FORCE install services run test test-sqlite test-postgres test-postgres-in-process test-postgres-system test-mariadb lint docs docs-clean-env dist first-contact bench stress tox tox-corners clean
 
 # mysqlclient (the dev group's MySQL driver) builds against Debian's libmariadb-dev: as root,
 # tests/services/up.sh installs it first.
@@ -46,9 +46,9 @@ SERVICES ?= required
 services:
 	SERVICES=$(SERVICES) bash tests/services/up.sh
 
-# Every tier runs, whichever failed before it, in two lanes side by side (tests/tiers.sh):
-# PostgreSQL's pass beside the rest, each lane with databases of its own; then each tier's
-# time, the coverage report of them all, and the run fails naming each tier that failed.
+# Every tier runs, whichever failed before it, in four lanes side by side (tests/tiers.sh),
+# each lane with databases of its own; then each tier's time, the coverage report of them
+# all, and the run fails naming each tier that failed.
 test: services install
 	MAKE="$(MAKE)" SERVICES=$(SERVICES) PY=$(PY) bash tests/tiers.sh
 
@@ -60,10 +60,19 @@ test-sqlite: install
 # The server passes run only the tests a database concerns (IDEMPOTENCY_TEST_DATABASE_ONLY):
 # the rest ran in test-sqlite (docs/contributing.rst, "What runs where").
 ONLY_DB := IDEMPOTENCY_TEST_DATABASE_ONLY=1
+PG_PASS := $(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
 
-test-postgres: install
-	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) $(PY) -m coverage run -p -m pytest
-	$(ONLY_DB) DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_SERVICES=$(SERVICES) IDEMPOTENCY_TEST_CLAIM=inserting $(PY) -m coverage run -p -m pytest tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
+# PostgreSQL's pass is two tiers, which `make test` runs side by side: the system tests
+# (marked `system`: the sample under gunicorn, Celery and db_worker workers, consumers on
+# real brokers) and the rest, in process, with the race files again under the inserting claim.
+test-postgres: test-postgres-in-process test-postgres-system
+
+test-postgres-in-process: install
+	$(PG_PASS) -m "not system and not packaging"
+	IDEMPOTENCY_TEST_CLAIM=inserting $(PG_PASS) tests/test_concurrency.py tests/test_lock_protocol.py tests/test_stateful.py tests/test_queries.py
+
+test-postgres-system: install
+	$(PG_PASS) -m "system and not packaging"
 
 # The suite on MariaDB (or MySQL 8): "lease" only, the races and crash tests included; the
 # stacks' faces (`faces`) ran under "lease" on SQLite already (docs/contributing.rst).

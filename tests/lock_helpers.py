@@ -70,7 +70,8 @@ def writer_of_charges() -> int | None:
     rows = query(
         "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
         "WHERE l.relation = 'testapp_charge'::regclass AND l.mode = 'RowExclusiveLock' "
-        "AND a.xact_start IS NOT NULL AND l.pid <> pg_backend_pid()"
+        "AND a.datname = current_database() AND a.xact_start IS NOT NULL "
+        "AND l.pid <> pg_backend_pid()"
     )
     return int(rows[0][0]) if rows else None
 

@@ -17,7 +17,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILING_URL = "postgres://failing"
-TIERS = ["test-sqlite", "test-postgres", "test-mariadb", "test-multidb", "test-poolers"]
+# Each tier's lane (tests/tiers.sh).
+LANES = {
+    "test-postgres-in-process": "A",
+    "test-postgres-system": "B",
+    "test-sqlite": "C",
+    "test-multidb": "C",
+    "test-mariadb": "D",
+    "test-poolers": "D",
+}
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
@@ -31,7 +39,7 @@ if [ "$1 $2" = "-m venv" ]; then
   if [ "$3" = "--clear" ]; then rm -rf "$dir"; fi
   mkdir -p "$dir/bin" && cp "{new_python}" "$dir/bin/python" && chmod +x "$dir/bin/python"
 fi
-# (Lane B's PostgreSQL database is PG_URL's name with "_b": a prefix fails as well.)
+# (The other lanes' PostgreSQL databases are PG_URL's name with a suffix: a prefix fails too.)
 if [ "$1 $2 $3" = "-m coverage run" ]; then case "$DATABASE_URL" in {failing}*) exit 1;; esac; fi
 exit 0
 """
@@ -93,20 +101,20 @@ def test_make_test_runs_every_tier_after_failures_and_names_each_failed_tier(
 ) -> None:
     result = make(project, "test", PG_URL=FAILING_URL)
     assert result.returncode != 0
-    assert "make test: these tiers failed: test-postgres test-multidb test-poolers" in (
-        result.stderr
-    )
+    failed = "test-postgres-in-process test-postgres-system test-multidb test-poolers"
+    assert f"make test: these tiers failed: {failed}" in result.stderr
     ran = [line for line in calls(project) if "coverage run" in line]
-    # Each tier's time, with its lane: PostgreSQL's pass in lane A, the others in lane B.
+    # Each tier's time, with its lane.
     times = {
         line.split()[0]: line.split()[1]
         for line in result.stdout.splitlines()
         if line.startswith("test-")
     }
-    assert times == {tier: "A" if tier == "test-postgres" else "B" for tier in TIERS}
-    # Every tier ran: SQLite's, the (failing) PostgreSQL's first step, MariaDB's, both
-    # multi-database steps (SQLite's passes, PostgreSQL's fails), the (failing) PgBouncer pass.
-    assert len(ran) == 6, ran
+    assert times == LANES
+    # Every tier ran: both (failing) PostgreSQL tiers' first steps, SQLite's, MariaDB's,
+    # both multi-database steps (SQLite's passes, PostgreSQL's fails), the (failing)
+    # PgBouncer pass.
+    assert len(ran) == 7, ran
     assert "python -m coverage report" in calls(project)
 
 
@@ -116,7 +124,7 @@ def test_make_test_passes_when_every_tier_passes_and_reports_coverage(project: P
     assert "failed" not in result.stderr
     log = calls(project)
     assert log[-2:] == ["python -m coverage combine -q", "python -m coverage report"]
-    assert len([line for line in log if "coverage run" in line]) == 9
+    assert len([line for line in log if "coverage run" in line]) == 10
 
 
 MAKE_STAND_IN = """#!/bin/sh

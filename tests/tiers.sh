@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# `make test`'s tiers, in two lanes side by side (one per core of the project's 2-core
-# machine): PostgreSQL's pass, the longest, beside SQLite, MariaDB, the multi-database and
-# the pooler tiers. Each lane has databases and Redis numbers of its own, so neither sees
-# the other's rows, locks or queues. A tier's output is printed whole when it ends; then
-# each tier's time, the coverage report of them all, and the tiers that failed, by name.
-# TEST_LANES=1 runs every tier in one lane, one after the other.
+# `make test`'s tiers, in four lanes side by side. The suite waits on servers, workers,
+# brokers, browsers and leases as much as it computes: two lanes left the project's two
+# cores 40 % idle, four keep them busy. Each lane has databases and Redis numbers of its
+# own (below), so no lane sees another's rows, locks or queues. A tier's output is printed
+# whole when it ends; then each tier's time, the coverage report of them all, and the
+# tiers that failed, by name. TEST_LANES=1 runs every tier in one lane, one after another.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,9 +12,15 @@ MAKE="${MAKE:-make}"
 SERVICES="${SERVICES:-required}"
 PY="${PY:-.venv/bin/python}"
 PG_URL="${PG_URL:-postgres://postgres@127.0.0.1:5432/idempotency}"
+MARIADB_URL="${MARIADB_URL:-mysql://root@127.0.0.1:3306/idempotency}"
 LOGS=build/tiers
-LANE_A=(test-postgres)
-LANE_B=(test-sqlite test-mariadb test-multidb test-poolers)
+
+# The lanes, longest first, about even (docs/contributing.rst, "Both cores").
+LANE_A=(test-postgres-in-process)
+LANE_B=(test-postgres-system)
+LANE_C=(test-sqlite test-multidb)
+LANE_D=(test-mariadb test-poolers)
+TIERS=("${LANE_A[@]}" "${LANE_B[@]}" "${LANE_C[@]}" "${LANE_D[@]}")
 
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 : > "$LOGS/times"
@@ -27,7 +33,7 @@ run_tier() {  # run_tier LANE TIER: the tier's output kept in its log, printed w
         flock 9
         echo "===== $tier (lane $lane): exit $status after $((SECONDS - start)) s"
         cat "$LOGS/$tier.log"
-        printf '%-15s %-5s %6d s  %s\n' "$tier" "$lane" $((SECONDS - start)) \
+        printf '%-25s %-5s %6d s  %s\n' "$tier" "$lane" $((SECONDS - start)) \
             "$([ $status -eq 0 ] && echo passed || echo FAILED)" >> "$LOGS/times"
     ) 9> "$LOGS/print.lock"
 }
@@ -38,22 +44,29 @@ lane() {  # lane NAME TIER...: the tiers one after the other, whichever failed b
     for tier in "$@"; do run_tier "$name" "$tier"; done
 }
 
-# Lane B's own PostgreSQL database (tests/services/up.sh creates it), replay cache and
-# worker tests' broker; its MariaDB and PgBouncer are its own already (lane A uses neither).
-# Not CELERY_BROKER_URL: Celery reads that variable itself, over every app's own broker.
-lane_b() {
-    PG_URL="${PG_URL}_b" REDIS_URL=redis://127.0.0.1:6379/13 \
-        IDEMPOTENCY_TEST_CELERY_URL=redis://127.0.0.1:6379/10 \
-        lane B "${LANE_B[@]}"
+# Each lane's own PostgreSQL and MariaDB databases (PG_URL's and MARIADB_URL's name with
+# the lane's suffix; tests/services/up.sh creates them), replay cache (REDIS_URL) and
+# worker tests' broker. Not CELERY_BROKER_URL: Celery reads that variable itself, over
+# every app's own broker. Lane A keeps the defaults; only lane B starts Celery workers on
+# RabbitMQ, and only lane D uses PgBouncer.
+on() {  # on SUFFIX REDIS BROKER LANE TIER...: the lane with its own databases
+    local suffix=$1 redis=$2 broker=$3
+    shift 3
+    PG_URL="${PG_URL}${suffix}" MARIADB_URL="${MARIADB_URL}${suffix}" \
+        REDIS_URL="redis://127.0.0.1:6379/$redis" \
+        IDEMPOTENCY_TEST_CELERY_URL="redis://127.0.0.1:6379/$broker" \
+        lane "$@"
 }
 
 started=$SECONDS
 "$PY" -m coverage erase
-if [ "${TEST_LANES:-2}" = 1 ]; then
-    lane A "${LANE_A[@]}" "${LANE_B[@]}"
+if [ "${TEST_LANES:-4}" = 1 ]; then
+    lane A "${TIERS[@]}"
 else
     lane A "${LANE_A[@]}" &
-    lane_b &
+    on _b 9 8 B "${LANE_B[@]}" &
+    on _c 13 10 C "${LANE_C[@]}" &
+    on _d 7 6 D "${LANE_D[@]}" &
     wait
 fi
 
@@ -62,12 +75,12 @@ fi
 covered=$?
 
 echo
-echo "make test: each tier's time (lanes A and B run side by side)"
+echo "make test: each tier's time (the lanes run side by side)"
 cat "$LOGS/times"
 echo "make test: $((SECONDS - started)) s in all; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 failed=""
-for tier in "${LANE_A[@]}" "${LANE_B[@]}"; do
+for tier in "${TIERS[@]}"; do
     grep -q "^$tier .*FAILED$" "$LOGS/times" && failed="$failed $tier"
 done
 if [ -n "$failed" ]; then

@@ -63,17 +63,20 @@ start NATS 4222 start-stop-daemon --start --oknodo --background --exec /usr/sbin
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
 
 # The databases the suite's URLs name (pytest-django creates its test_* copies itself):
-# idempotency_b is lane B's (tests/tiers.sh runs two lanes side by side).
+# idempotency_b, _c and _d are lanes B, C and D's (tests/tiers.sh runs four side by side).
+LANE_DATABASES="idempotency idempotency_b idempotency_c idempotency_d"
 if tcp_up 5432 && command -v psql >/dev/null; then
     wait_for 30 pg_isready -q -h 127.0.0.1 -p 5432 >/dev/null
-    for name in idempotency idempotency_b; do
+    for name in $LANE_DATABASES; do
         psql -h 127.0.0.1 -U postgres -qtc "SELECT 1 FROM pg_database WHERE datname = '$name'" | grep -q 1 \
             || psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE $name" >/dev/null
     done
 fi
 if tcp_up 3306 && command -v mariadb >/dev/null; then
-    mariadb -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS idempotency CHARACTER SET utf8mb4" 2>/dev/null \
-        || missing+=("a MariaDB database 'idempotency' (root, empty password)")
+    for name in $LANE_DATABASES; do
+        mariadb -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS $name CHARACTER SET utf8mb4" 2>/dev/null \
+            || missing+=("a MariaDB database '$name' (root, empty password)")
+    done
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
