@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -250,6 +251,15 @@ def close_connections_after(fn: Callable[..., Any]) -> Callable[..., Any]:
             connections.close_all()
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _watchers_closed() -> Iterator[None]:
+    """The side connections a test watched PostgreSQL through (tests/lock_helpers.py)."""
+    yield
+    helpers = sys.modules.get("tests.lock_helpers")
+    if helpers is not None:
+        helpers.close_watchers()
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -177,11 +176,12 @@ def test_duplicate_with_other_payload_while_in_flight(protocol: str) -> None:
     commit then gets its 422."""
     key = new_key()
     first: list[Any] = []
-    slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.0}))
-    slow.start()
-    _wait_in_flight(key, protocol)
-    other = _send("/charges/", key, {"amount": 5})
-    slow.join(30)
+    with gates.armed(key) as gate:
+        slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"hold": True}))
+        slow.start()
+        gate.wait_arrival()
+        other = _send("/charges/", key, {"amount": 5})
+    slow.join(300)
     assert other.status_code == (422 if protocol == "lease" else 409)
     assert _send("/charges/", key, {"amount": 5}).status_code == 422
     assert first[0].status_code == 201
@@ -189,23 +189,31 @@ def test_duplicate_with_other_payload_while_in_flight(protocol: str) -> None:
 
 
 def test_atomic_requests_in_flight_duplicate_gets_409_not_a_wait(protocol: str) -> None:
+    """The duplicate is answered while the first request is still held inside its
+    transaction (ATOMIC_REQUESTS): it never waits for that transaction to end."""
     key = new_key()
     connection.settings_dict["ATOMIC_REQUESTS"] = True
+    first: list[Any] = []
+    duplicate: list[Any] = []
     try:
-        first: list[Any] = []
-        slow = threading.Thread(target=_in_thread, args=(first, "/charges/", key, {"sleep": 1.5}))
-        slow.start()
-        _wait_in_flight(key, protocol)
-        started = time.monotonic()
-        duplicate = _send("/charges/", key, {"sleep": 1.5})
-        waited = time.monotonic() - started
-        slow.join(30)
+        with gates.armed(key) as gate:
+            slow = threading.Thread(
+                target=_in_thread, args=(first, "/charges/", key, {"hold": True})
+            )
+            slow.start()
+            gate.wait_arrival()
+            again = threading.Thread(
+                target=_in_thread, args=(duplicate, "/charges/", key, {"hold": True})
+            )
+            again.start()
+            again.join(300)  # bounds a broken run: the first can't end before the block does
+            assert not again.is_alive(), "the duplicate waited for the first request's transaction"
+            assert slow.is_alive()
+        slow.join(300)
     finally:
         connection.settings_dict["ATOMIC_REQUESTS"] = False
-    assert duplicate.status_code == 409
+    assert duplicate[0].status_code == 409
     assert first[0].status_code == 201
-    assert slow.is_alive() is False
-    assert waited < 1.5, "the duplicate waited for the first request's transaction"
     assert charges(key) == 1
 
 
@@ -231,19 +239,3 @@ def _in_thread(results: list[Any], path: str, key: str, body: dict[str, Any]) ->
         results.append(_send(path, key, body))
     finally:
         connections.close_all()
-
-
-def _wait_in_flight(key: str, protocol: str, timeout: float = 10) -> None:
-    """Until the first request holds ``key``: its committed claim ("lease"), or, under "lock"
-    (nothing committed to see), its view's uncommitted charge, seen in ``pg_locks``."""
-    deadline = time.monotonic() + timeout
-    while not _holding(key, protocol):
-        assert time.monotonic() < deadline, "the first request never claimed its key"
-        time.sleep(0.01)
-    time.sleep(0.05)  # let it take its row lock
-
-
-def _holding(key: str, protocol: str) -> bool:
-    if protocol == "lease":
-        return IdempotencyEntry.objects.filter(key=key).exists()
-    return writer_of_charges() is not None
