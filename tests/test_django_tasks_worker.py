@@ -19,12 +19,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 from django.test import Client
 
+from idempotency_django.models import IdempotencyEntry
 from idempotency_django.outbox import relay
 from tests import dj_tasks
 from tests.celery_harness import PATIENCE, ROOT, database_url
@@ -161,21 +164,30 @@ def test_a_worker_killed_after_the_commit_replays_on_the_re_run(traces: Path) ->
 
 def test_under_the_lease_protocol_the_re_run_waits_out_the_dead_claim(traces: Path) -> None:
     # The claim committed before the body: the killed worker leaves it IN_PROGRESS. The
-    # re-run meets it, fails with RequestInProgress and enqueues itself again, deferred,
-    # until the 5 s lease has passed and the copy takes the claim over.
+    # re-run meets it, fails with RequestInProgress and enqueues itself again, deferred
+    # (by at most the 5 s lease), until the lease has passed and the copy takes the claim
+    # over. The lease's end is the test's to move (the row's time), so the re-run meets a
+    # live claim however slow the machine, and the copy a dead one.
     (traces / "hold-w7").touch()
     dj_tasks.db_by_result_id.enqueue("w7")
     with db_worker(traces, "a", "tests.settings_lease") as first:
         wait_for(lambda: runs(traces, "w7") == 1, "the body to start", traces)
         with db_worker(traces, "b", "tests.settings_lease"):
-            # b is polling before a dies: the re-run comes well within the lease.
-            wait_for(lambda: "Starting worker" in (traces / "b.log").read_text(), "b", traces)
             os.killpg(first.pid, signal.SIGKILL)
+            _lease_ends_in(timedelta(hours=1))
             (traces / "hold-w7").unlink()
             requeue("w7")
+            wait_for(lambda: "FAILED" in statuses("w7"), "the re-run to meet the claim", traces)
+            _lease_ends_in(-timedelta(seconds=1))
             wait_for(lambda: "SUCCESSFUL" in statuses("w7"), "the deferred copy", traces)
     assert statuses("w7")[0] == "FAILED"  # the re-run that met the dead claim
     assert (charges("w7"), runs(traces, "w7")) == (1, 2)
+
+
+def _lease_ends_in(delta: timedelta) -> None:
+    """The claim in progress (a dead worker's) ends its lease ``delta`` from the database's now."""
+    claims = IdempotencyEntry.objects.filter(status=IdempotencyEntry.Status.IN_PROGRESS)
+    assert claims.update(locked_until=Now() + delta) == 1
 
 
 def test_two_workers_racing_one_key_run_it_once(traces: Path) -> None:
