@@ -88,7 +88,7 @@ class LeftAtRepeatableRead(threading.Thread):
 
 
 def queued_on_advisory_lock() -> bool:
-    # This database's waiters only: make test's other lane has its own on this server.
+    # This database's waiters only: make test's other lanes have their own on this server.
     return bool(
         query(
             "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = "
