@@ -18,7 +18,10 @@ function, a view class, or a Ninja operation's function), or protects itself
 (``@idempotent``, ``IdempotentFormMixin``, ``IdempotentMixin``, Ninja's ``@idempotent``,
 a class view's decorated handler, an ``IdempotentAdminMixin`` admin's views, a GraphQL
 view executing with an adapter's context): after its own authentication, with its own
-options. A protection below the view it can't see runs under its claim, never claims again.
+options. A protection below the view it can't see takes the request over where it begins
+(``SwitchDeferred``): the switch's claim rolls back and Django runs the view, whose own
+protection decides. The view's exception goes to Django's ``process_exception`` chain,
+as it would from the view.
 
 It protects in ``process_view``, so it must come after every middleware whose
 ``process_view`` must run first: put it last in ``MIDDLEWARE`` (after

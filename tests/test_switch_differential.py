@@ -76,6 +76,7 @@ KINDS = [
     _kind("hidden-by-a-decorator", caller="account", hidden=True),
     _kind("protected-inside", caller="account", hidden=True),
     _kind("hidden-async", caller="account", hidden=True),
+    _kind("hidden-put-only", caller="account", hidden=True),
     _kind("delegating", body="form"),
     _kind("inner-call"),
     _kind("streaming"),

@@ -85,6 +85,8 @@ def logged(view: View_) -> View_:
 
 
 hidden_order = logged(_inner)
+# Protecting PUT only: a POST passes through it, unprotected, as under it alone.
+hidden_put_only = logged(idempotent(methods=["PUT"])(_token_order))
 
 
 def order_inside(request: HttpRequest) -> HttpResponse:
@@ -192,6 +194,7 @@ KINDS: dict[str, tuple[View_, View_]] = {
     "hidden-by-a-decorator": (hidden_order, hidden_order),
     "protected-inside": (order_inside, order_inside),
     "hidden-async": (hidden_async_order, hidden_async_order),
+    "hidden-put-only": (hidden_put_only, hidden_put_only),
     "delegating": (form_views.delegating_charge, form_views.delegating_charge),
     "inner-call": (inner_call, idempotent(inner_call)),
     "streaming": (streaming, idempotent(streaming)),
