@@ -87,6 +87,8 @@ KINDS = [
     _kind("exempt"),
     _kind("drf", caller="token"),
     _kind("adrf", caller="token"),
+    _kind("drf-function", caller="token"),
+    _kind("viewset", caller="token"),
     Kind("ninja", "/switch/ninja/charges", "/switch/ninja/protected/charges", caller="api-key"),
     _same("admin", "/forms-admin/testapp/charge/add/", body="admin"),
     _same("strawberry", "/graphql/", body="strawberry"),

@@ -21,6 +21,11 @@ from django.http import (
 from django.urls import URLPattern, URLResolver, path
 from django.utils.decorators import method_decorator
 from django.views import View
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from idempotency_django import idempotent
 from idempotency_django.calls import idempotent_call
@@ -185,6 +190,19 @@ class MixinAdrfCharge(IdempotentMixin, switch_views.AdrfCharge):  # type: ignore
     pass
 
 
+class MixinViewSet(IdempotentMixin, switch_views.ChargeViewSet):
+    pass
+
+
+@api_view(["POST"])
+@authentication_classes([TokenAuthentication])
+@permission_classes([IsAuthenticated])
+@idempotent
+def drf_function_protected(request: Request) -> Response:
+    """``@api_view`` above ``@idempotent``: the documented form of a bare DRF function."""
+    return switch_views._drf_create(request)
+
+
 # Each kind: (the view as the switch meets it, the view as a bare protection answers).
 KINDS: dict[str, tuple[View_, View_]] = {
     "function": (switch_views.charge, idempotent(switch_views.charge)),
@@ -205,6 +223,11 @@ KINDS: dict[str, tuple[View_, View_]] = {
     "exempt": (switch_views.ExemptChargeView.as_view(), switch_views.ExemptChargeView.as_view()),
     "drf": (switch_views.DrfCharge.as_view(), MixinDrfCharge.as_view()),
     "adrf": (switch_views.AdrfCharge.as_view(), MixinAdrfCharge.as_view()),
+    "drf-function": (switch_views.drf_function, drf_function_protected),
+    "viewset": (
+        switch_views.ChargeViewSet.as_view({"post": "create"}),
+        MixinViewSet.as_view({"post": "create"}),
+    ),
 }
 
 urlpatterns: list[URLPattern | URLResolver] = [
