@@ -106,7 +106,7 @@ def applies(request: HttpRequest, options: Options) -> bool:
 
 def passing_through(request: HttpRequest, tenant_of: TenantOf) -> None:
     """``request.idempotency`` for a request the protection lets through untouched."""
-    defer_to_switch_view(request)
+    take_over_from_switch(request)
     if not hasattr(request, "idempotency"):
         try:
             tenant = str(tenant_of())
@@ -137,7 +137,7 @@ def claimed_by_switch(request: HttpRequest) -> bool:
     return getattr(_raw(request), SWITCH_CLAIMED, False) is True
 
 
-def defer_to_switch_view(request: HttpRequest) -> None:
+def take_over_from_switch(request: HttpRequest) -> None:
     """Where a protection begins: under the switch's claim, raise :class:`SwitchDeferred`,
     so that this protection, not the switch, decides (one decision, the view's own)."""
     if claimed_by_switch(request):
@@ -164,7 +164,7 @@ def protect(
     Under ``IdempotencyMiddleware``'s claim, raises :class:`SwitchDeferred`: this
     protection decides, not the switch.
     """
-    defer_to_switch_view(request)
+    take_over_from_switch(request)
     seen = signals.Observation("http", request.method, _route(request))
     token = None
     try:
@@ -506,8 +506,8 @@ __all__ = [
     "bound_request_transaction",
     "claimed_by_switch",
     "current_context",
-    "defer_to_switch_view",
     "passing_through",
     "protect",
     "store_errors",
+    "take_over_from_switch",
 ]
