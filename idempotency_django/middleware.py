@@ -18,7 +18,10 @@ function, a view class, or a Ninja operation's function), or protects itself
 (``@idempotent``, ``IdempotentFormMixin``, ``IdempotentMixin``, Ninja's ``@idempotent``,
 a class view's decorated handler, an ``IdempotentAdminMixin`` admin's views, a GraphQL
 view executing with an adapter's context): after its own authentication, with its own
-options. A protection below the view it can't see runs under its claim, never claims again.
+options. A protection below the view it can't see takes the request over where it begins
+(``SwitchDeferred``): the switch's claim rolls back and Django runs the view, whose own
+protection decides. The view's exception goes to Django's ``process_exception`` chain,
+as it would from the view.
 
 It protects in ``process_view``, so it must come after every middleware whose
 ``process_view`` must run first: put it last in ``MIDDLEWARE`` (after
@@ -36,10 +39,11 @@ from inspect import isawaitable, iscoroutinefunction
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import async_to_sync
+from django.core.handlers.base import BaseHandler
 from django.http import HttpRequest, HttpResponse
 
 from idempotency_django._adapters.decorators import EntriesDatabase, handle
-from idempotency_django._protocol.core import SWITCH_CLAIMED
+from idempotency_django._protocol.core import SWITCH_CLAIMED, SwitchDeferred
 from idempotency_django._protocol.keys import form_field
 from idempotency_django._protocol.options import SAFE_METHODS, Options
 from idempotency_django.forms import FIELD_NAME, is_form_post
@@ -92,6 +96,7 @@ class IdempotencyMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
         self.csrf = _csrf_middleware(get_response)
+        self.handler = _loading_handler()
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
@@ -117,7 +122,42 @@ class IdempotencyMiddleware:
                 return refused
         # The view is called here, so Django's ATOMIC_REQUESTS wrapper is not around it:
         # the claim's transaction holds the view, as under @idempotent.
-        return _answer(call(request, *view_args, **view_kwargs))
+        try:
+            return _answer(call(request, *view_args, **view_kwargs))
+        except SwitchDeferred:
+            # The view protects itself where the switch could not see it (below a decorator
+            # without functools.wraps, or inside the view): the switch's claim is rolled
+            # back, and Django runs the view, whose own protection decides.
+            with contextlib.suppress(AttributeError):
+                del request.idempotency  # type: ignore[attr-defined]
+            return None
+        except Exception as exc:
+            answer = self._handled(request, exc)
+            if answer is None:
+                raise
+            return answer
+
+    def _handled(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        """Django's answer to the view's exception, as if the view had raised it to Django's
+        handler: the project's ``process_exception`` middleware, in Django's order."""
+        handler = self.handler() if self.handler is not None else None
+        if handler is None:
+            return None
+        answer: HttpResponse | None = handler.process_exception_by_middleware(exc, request)
+        return answer
+
+
+def _loading_handler() -> weakref.ReferenceType[BaseHandler] | None:
+    """The Django handler whose ``load_middleware()`` is creating the switch (its caller):
+    the one that holds the ``process_exception`` chain. ``None`` when made otherwise."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None and frame.f_code is not BaseHandler.load_middleware.__code__:
+            frame = frame.f_back
+        handler = frame.f_locals.get("self") if frame is not None else None
+    finally:
+        del frame
+    return weakref.ref(handler) if isinstance(handler, BaseHandler) else None
 
 
 def _csrf_middleware(get_response: Callable[[HttpRequest], HttpResponse]) -> Any:
@@ -195,7 +235,8 @@ def _protected_async(view: Call, request: HttpRequest, *args: Any, **kwargs: Any
 
 def _under_claim(request: HttpRequest, call: Callable[[], HttpResponse]) -> HttpResponse:
     """Run the view under the switch's claim, marked so that a protection of this same
-    request inside it (one the middleware could not see) runs once, not claims again."""
+    request inside it (one the middleware could not see) takes it over: it raises
+    ``SwitchDeferred`` where it begins, before the view it protects runs."""
     setattr(request, SWITCH_CLAIMED, True)
     try:
         return call()

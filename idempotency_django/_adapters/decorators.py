@@ -118,8 +118,7 @@ def _async_wrapper(view: Callable[..., Any], options: Options) -> Callable[..., 
 def handle(request: HttpRequest, options: Options, call_view: core.ViewCall) -> HttpResponse:
     """Protect one call of a view, answering client errors as problem+json (a page, to a
     browser: ``refusal_pages``)."""
-    if core.claimed_by_switch(request):
-        return call_view()  # IdempotencyMiddleware's claim holds this request already
+    core.take_over_from_switch(request)  # under IdempotencyMiddleware: these options decide
     if not core.applies(request, options):
         core.passing_through(request, lambda: options.resolve(request).tenant(request))
         return call_view()

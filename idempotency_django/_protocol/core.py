@@ -106,6 +106,7 @@ def applies(request: HttpRequest, options: Options) -> bool:
 
 def passing_through(request: HttpRequest, tenant_of: TenantOf) -> None:
     """``request.idempotency`` for a request the protection lets through untouched."""
+    take_over_from_switch(request)
     if not hasattr(request, "idempotency"):
         try:
             tenant = str(tenant_of())
@@ -115,15 +116,32 @@ def passing_through(request: HttpRequest, tenant_of: TenantOf) -> None:
 
 
 # Set on the request while IdempotencyMiddleware's claim runs its view: a protection of the
-# same request below it (a handler's @idempotent it did not recognise) runs its view once,
-# under that claim, instead of claiming the key a second time (a 409 against itself).
+# same request below it (one the switch could not see from the URL's view) takes it over.
 SWITCH_CLAIMED = "_idempotency_claimed_by_switch"
 
 
+class SwitchDeferred(BaseException):
+    """A protection of the request was reached under ``IdempotencyMiddleware``'s claim.
+
+    The switch withdraws: its claim's transaction rolls back (nothing the view did so far
+    is kept, nothing is stored) and Django runs the view, whose own protection decides
+    with its own options (tenant, redaction, methods...). A ``BaseException``, as
+    ``GeneratorExit``: a view's ``except Exception`` (a GraphQL executor's, around its
+    resolvers) must not take it for the view's error.
+    """
+
+
 def claimed_by_switch(request: HttpRequest) -> bool:
-    """Whether ``request`` (or the Django request under a DRF one) is already claimed by
-    ``IdempotencyMiddleware``: its inner protections run their views directly."""
+    """Whether ``request`` (or the Django request under a DRF one) is claimed by
+    ``IdempotencyMiddleware``, which is still running its view."""
     return getattr(_raw(request), SWITCH_CLAIMED, False) is True
+
+
+def take_over_from_switch(request: HttpRequest) -> None:
+    """Where a protection begins: under the switch's claim, raise :class:`SwitchDeferred`,
+    so that this protection, not the switch, decides (one decision, the view's own)."""
+    if claimed_by_switch(request):
+        raise SwitchDeferred
 
 
 def protect(
@@ -143,10 +161,10 @@ def protect(
     view, to catch a view that authenticates on its own (then the tenant the
     claim used was not the caller's). ``form_field`` names the form field a form POST
     may carry its key in when the header is absent (``@idempotent``'s, for HTML forms).
-    A request ``IdempotencyMiddleware`` has claimed already runs ``call_view`` directly.
+    Under ``IdempotencyMiddleware``'s claim, raises :class:`SwitchDeferred`: this
+    protection decides, not the switch.
     """
-    if claimed_by_switch(request):
-        return call_view()  # one request, one claim: the switch's holds this view
+    take_over_from_switch(request)
     seen = signals.Observation("http", request.method, _route(request))
     token = None
     try:
@@ -169,6 +187,9 @@ def protect(
     except IdempotencyError as error:
         seen.refused(error)
         seen.answered(error.status)
+        raise
+    except SwitchDeferred:
+        seen.skip = True  # the switch withdrew: the view's own protection reports the request
         raise
     except BaseException:
         seen.raised()
@@ -488,4 +509,5 @@ __all__ = [
     "passing_through",
     "protect",
     "store_errors",
+    "take_over_from_switch",
 ]

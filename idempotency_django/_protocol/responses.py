@@ -104,7 +104,8 @@ def require_plain(response: HttpResponseBase) -> HttpResponse:
     if not isinstance(response, HttpResponse):
         raise TypeError(
             f"An idempotent view must return a non-streaming HttpResponse, got {type(response).__name__}; "
-            "its body has to be stored to be replayed."
+            "its body has to be stored to be replayed. A view IdempotencyMiddleware protects "
+            "(one with no protection of its own) opts out with @idempotency_exempt."
         )
     render = getattr(response, "render", None)
     if callable(render):
