@@ -93,6 +93,39 @@ def test_an_admin_action_posted_twice_runs_once(staff: Client) -> None:
     assert Charge.objects.get(pk=charge.pk).amount == 2
 
 
+@pytest.mark.parametrize("page", ["add", "change", "changelist"])
+def test_an_admin_form_shown_again_with_its_errors_is_not_stored(staff: Client, page: str) -> None:
+    """0.5 stored the 200 of an invalid admin form and replayed it; the form mixin did not.
+    One rule now (test_forms): nothing was done, nothing is stored, the key stays free."""
+    charge = Charge.objects.create(reference="r", amount=1)
+    path, fields = {
+        "add": ("/forms-admin/testapp/charge/add/", {"reference": "r", "_save": "Save"}),
+        "change": (f"/forms-admin/testapp/charge/{charge.pk}/change/", {"reference": "r"}),
+        "changelist": ("/forms-admin/testapp/charge/", _changelist_save(charge.pk)),
+    }[page]
+    [key] = keys_of(staff, path)
+    invalid = staff.post(path, {**fields, _amount(page): "not a number", FIELD_NAME: key})
+    assert invalid.status_code == 200
+    assert b"errornote" in invalid.content  # Django's "Please correct the error(s) below."
+    corrected = staff.post(path, {**fields, _amount(page): "4", FIELD_NAME: key})
+    assert corrected.status_code == 302
+    assert "Idempotent-Replayed" not in corrected
+
+
+def _amount(page: str) -> str:
+    return "form-0-amount" if page == "changelist" else "amount"
+
+
+def _changelist_save(pk: int) -> dict[str, str]:
+    """``list_editable``'s save of one row (its management form and the row's fields)."""
+    return {
+        "form-TOTAL_FORMS": "1",
+        "form-INITIAL_FORMS": "1",
+        "form-0-id": str(pk),
+        "_save": "Save",
+    }
+
+
 def test_an_admin_post_without_a_key_runs_as_the_admin_always_did(staff: Client) -> None:
     data = {"reference": "r", "amount": "3", "_save": "Save"}
     staff.post("/forms-admin/testapp/charge/add/", data)

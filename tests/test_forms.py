@@ -232,13 +232,39 @@ def test_create_view_form_valid_runs_once_per_key(client: Client) -> None:
     assert Charge.objects.count() == 1
 
 
-def test_an_invalid_form_is_answered_unprotected_and_stores_nothing(client: Client) -> None:
+def test_an_invalid_form_is_answered_and_stores_nothing(client: Client) -> None:
     key = str(uuid.uuid4())
     invalid = submit(client, "/forms/create/", key, amount="not a number")
     assert invalid.status_code == 200
     assert not IdempotencyEntry.objects.filter(key=key).exists()
     corrected = submit(client, "/forms/create/", key)
     assert corrected.status_code == 302
+
+
+def test_a_reload_of_a_created_object_replays_the_redirect_before_validating_again(
+    client: Client,
+) -> None:
+    """0.5 validated the reload first: its unique reference "already exists" (a 200 page)."""
+    key = rendered_key(client, "/forms/unique/")
+    first = submit(client, "/forms/unique/", key, reference="unique-1")
+    reload = submit(client, "/forms/unique/", key, reference="unique-1")
+    assert first.status_code == reload.status_code == 302
+    assert reload["Location"] == first["Location"]
+    assert reload["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_a_form_shown_again_with_its_errors_is_not_stored_by_the_mixin_nor_the_decorator(
+    client: Client,
+) -> None:
+    """One rule for a form re-rendered with its errors, however it is protected: nothing was
+    done, so nothing is stored and its key stays free (the admin: test_admin_mixin)."""
+    for path in ("/forms/create/", "/forms/formview/", "/forms/template-function/"):
+        key = str(uuid.uuid4())
+        invalid = submit(client, path, key, amount="not a number")
+        assert invalid.status_code == 200
+        assert not IdempotencyEntry.objects.filter(key=key).exists(), path
+        assert submit(client, path, key).status_code == 302, path
 
 
 def test_update_view_form_valid_runs_once_per_key(client: Client) -> None:
