@@ -10,6 +10,7 @@ from urllib.parse import parse_qs
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import BaseModelAdmin
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
@@ -25,7 +26,7 @@ from idempotency_django._adapters.decorators import handle
 from idempotency_django._protocol.keys import readable
 from idempotency_django._protocol.options import Options, check_option_names
 from idempotency_django.databases import possible_aliases
-from idempotency_django.forms import hidden_input
+from idempotency_django.forms import hidden_input, require_first
 from idempotency_django.models import IdempotencyEntry
 
 if TYPE_CHECKING:
@@ -233,6 +234,10 @@ class IdempotentAdminMixin:
     """
 
     idempotency_options: ClassVar[Mapping[str, Any]] = {"required": False}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        require_first(cls, IdempotentAdminMixin, BaseModelAdmin, "admin.ModelAdmin")
 
     def get_idempotency_options(self) -> Options:
         return _admin_options(type(self).__qualname__, self.idempotency_options)

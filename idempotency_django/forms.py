@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -64,6 +65,17 @@ class IdempotencyKeyField(forms.CharField):
         kwargs.setdefault("required", False)
         kwargs.setdefault("label", "")
         super().__init__(**kwargs)
+
+
+def require_first(cls: type, mixin: type, base: type, example: str) -> None:
+    """Refuse ``cls`` when Django's ``base`` comes before ``mixin`` in it: ``base``'s views
+    would shadow the mixin's, and nothing would be protected (as DRF's mixin refuses)."""
+    mro = cls.__mro__
+    if base in mro and mro.index(base) < mro.index(mixin):
+        raise ImproperlyConfigured(
+            f"{cls.__qualname__}: put {mixin.__name__} before the Django class, "
+            f"e.g. class {cls.__name__}({mixin.__name__}, {example})."
+        )
 
 
 def start_visitor_session(request: HttpRequest | None) -> None:

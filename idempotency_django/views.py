@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views import View as DjangoView
 from django.views.decorators.http import require_safe
 
 from idempotency_django._adapters.decorators import EntriesDatabase, handle
@@ -30,6 +31,7 @@ from idempotency_django._protocol.options import Options, check_option_names
 from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
+from idempotency_django.forms import require_first
 from idempotency_django.lookup import KeyStatus, lookup
 
 # Per caller and changing, refusals included: never from a shared cache, never kept.
@@ -134,6 +136,7 @@ class IdempotentFormMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        require_first(cls, IdempotentFormMixin, DjangoView, "CreateView")
         IdempotentFormMixin._IDEMPOTENT_FORM_VIEWS.append(cls)
 
     @classmethod

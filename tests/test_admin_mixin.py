@@ -208,3 +208,15 @@ def test_a_wrong_admin_option_names_the_model_admin() -> None:
         ImproperlyConfigured, match=r"WrongAdmin\.idempotency_options: .*ttl_seconds"
     ):
         model_admin.get_idempotency_options()
+
+
+def test_the_mixin_after_the_model_admin_class_is_refused_when_the_class_is_made() -> None:
+    """0.5 took ``class A(admin.ModelAdmin, IdempotentAdminMixin)`` silently: the admin's
+    views came first, and nothing was protected."""
+    from django.contrib import admin
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match=r"put IdempotentAdminMixin before"):
+
+        class Late(admin.ModelAdmin, IdempotentAdminMixin):  # type: ignore[type-arg]
+            pass

@@ -306,6 +306,21 @@ def test_a_wrong_mixin_option_fails_when_the_urlconf_loads() -> None:
         Wrong.as_view()
 
 
+def test_the_mixin_after_the_django_view_class_is_refused_when_the_class_is_made() -> None:
+    """0.5 took ``class V(CreateView, IdempotentFormMixin)`` silently, and protected nothing:
+    CreateView's post() came first (DRF's mixin refuses the same mistake)."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.views.generic import CreateView
+
+    from idempotency_django.views import IdempotentFormMixin
+
+    with pytest.raises(ImproperlyConfigured, match=r"put IdempotentFormMixin before"):
+
+        class Late(CreateView, IdempotentFormMixin):  # type: ignore[type-arg]
+            model = Charge
+            fields = ("reference", "amount")
+
+
 # --- who the caller is ---------------------------------------------------------------------------
 
 
