@@ -38,10 +38,12 @@ def rendered_key(client: Client, path: str) -> str:
 
 
 def submit(client: Client, path: str, key: str | None, **fields: Any) -> Any:
+    """Post the form as a browser does; ``HTTP_*`` arguments are headers, the rest fields."""
+    meta = {name: fields.pop(name) for name in list(fields) if name.startswith("HTTP_")}
     data = {"csrfmiddlewaretoken": "token", "reference": "order-1", "amount": "100", **fields}
     if key is not None:
         data[FIELD_NAME] = key
-    return client.post(path, data, HTTP_ACCEPT=BROWSER)
+    return client.post(path, data, HTTP_ACCEPT=BROWSER, **meta)
 
 
 # --- the key in every form -----------------------------------------------------------------------
@@ -172,10 +174,47 @@ def test_an_api_client_still_gets_problem_json_for_the_same_refusal(client: Clie
 
 
 def test_a_malformed_key_in_a_browser_form_is_a_400_page(client: Client) -> None:
-    refused = submit(client, "/forms/charge/", "not ascii: é")
+    refused = submit(
+        client, "/forms/charge/", "not ascii: é", HTTP_REFERER="http://testserver/forms/charge/"
+    )
     assert refused.status_code == 400
     assert refused["Content-Type"].startswith("text/html")
-    assert b"Open a fresh form" in refused.content
+    assert b'<a href="/forms/charge/" id="fresh-form">Open a fresh form</a>' in refused.content
+
+
+def test_a_keyless_browser_form_is_told_what_its_page_lacks_not_to_open_it_again(
+    client: Client,
+) -> None:
+    """0.5 said "open the form afresh": the same page, lacking the tag, loops forever."""
+    refused = submit(client, "/forms/charge/", None, HTTP_REFERER="http://testserver/forms/charge/")
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "{% idempotency_key_field %}" in page
+    assert "idempotency_key" in page
+    assert "fresh-form" not in page
+    assert "afresh" not in page
+
+
+def test_an_api_endpoint_asked_for_html_gets_a_page_about_its_request_not_a_form(
+    client: Client,
+) -> None:
+    """0.5 told a JSON endpoint's caller "This form was already sent", with a link to the
+    endpoint's POST-only URL. A page fits what it refuses, and links only where a GET goes."""
+    key = str(uuid.uuid4())
+    client.post("/charges/", {"amount": 1}, "application/json", headers={"Idempotency-Key": key})
+    refused = client.post(
+        "/charges/",
+        {"amount": 2},
+        "application/json",
+        headers={"Idempotency-Key": key, "Accept": BROWSER},
+        HTTP_REFERER="http://testserver/shop/",
+    )
+    assert refused.status_code == 422
+    assert refused["Content-Type"].startswith("text/html")
+    page = refused.content.decode()
+    assert "This request was already sent" in page
+    assert "form" not in page.lower()
+    assert "href=" not in page
 
 
 def test_the_refusal_page_never_links_to_another_site() -> None:
@@ -200,8 +239,9 @@ def test_the_refusal_page_links_back_to_the_sites_own_form_page(scheme: str) -> 
     assert response.status_code == 409
     page = response.content.decode()
     assert "This form is still being sent" in page
-    assert f'<a href="{back}">Back to the form\'s page</a>' in page
-    assert 'href="/forms/charge/" id="fresh-form"' in page
+    # The page the form was on (a GET renders it anew), not the POST's own address.
+    assert '<a href="/shop/checkout/?step=2" id="fresh-form">Open a fresh form</a>' in page
+    assert 'href="/forms/charge/"' not in page
 
 
 def test_without_app_dirs_the_refusal_page_is_found_all_the_same(settings: Any) -> None:
@@ -209,7 +249,9 @@ def test_without_app_dirs_the_refusal_page_is_found_all_the_same(settings: Any) 
     from idempotency_django.exceptions import KeyReused
 
     settings.TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates"}]
-    request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER)
+    request = RequestFactory().post(
+        "/forms/charge/", HTTP_ACCEPT=BROWSER, HTTP_REFERER="http://testserver/forms/charge/"
+    )
     response = problem_response(KeyReused(), request)
     assert response.status_code == 422
     assert response["Content-Type"].startswith("text/html")
