@@ -15,8 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
+from django.templatetags.static import static
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -34,11 +36,22 @@ FORM_WAIT = 5.0
 # the session key, which changes under the visitor's feet (cycle_key(), and every write of a
 # signed-cookie session): the back button would then re-send a key into a new key space.
 SESSION_MARK = "_idempotency_visitor"
+# The script that gives a form its first key back when the browser fetches its page again on
+# Back (a never-cached page: the admin's, Cache-Control: no-store). A static file of the app.
+KEEPER = "idempotency_django/form-keys.js"
 
 
 def hidden_input(key: str | None = None) -> SafeString:
     """``<input type="hidden" name="idempotency_key" value="…">`` holding a fresh key."""
     return format_html('<input type="hidden" name="{}" value="{}">', FIELD_NAME, key or new_key())
+
+
+def keeper_script() -> SafeString:
+    """``<script>`` of :data:`KEEPER` (deferred; it runs once, however often included);
+    nothing without ``STATIC_URL``, which gives the script its address."""
+    if not settings.STATIC_URL:
+        return SafeString("")
+    return format_html('<script src="{}" defer></script>', static(KEEPER))
 
 
 class IdempotencyKeyWidget(forms.HiddenInput):

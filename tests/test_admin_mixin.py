@@ -50,6 +50,17 @@ def test_the_admin_change_form_renders_a_fresh_key_in_its_form(staff: Client) ->
     assert first != second
 
 
+@pytest.mark.parametrize("page", ["add/", "1/change/", "1/delete/", ""])
+def test_every_protected_admin_page_loads_the_script_that_keeps_its_keys(
+    staff: Client, page: str, settings: Any
+) -> None:
+    """The admin's pages are never cached: Back fetches them again (tests/browser)."""
+    settings.STATIC_URL = "/static/"
+    Charge.objects.create(pk=1, reference="r", amount=1)
+    html = staff.get(f"/forms-admin/testapp/charge/{page}").content.decode()
+    assert '<script src="/static/idempotency_django/form-keys.js"></script>' in html
+
+
 def test_the_admin_add_form_saved_twice_adds_one_row(staff: Client) -> None:
     [key] = keys_of(staff, "/forms-admin/testapp/charge/add/")
     data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}

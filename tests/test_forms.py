@@ -58,6 +58,23 @@ def test_the_tag_renders_a_hidden_input_holding_a_fresh_uuid7_each_time() -> Non
     assert all(uuid.UUID(key).version == 7 for key in keys)
 
 
+def test_the_tag_includes_the_script_that_keeps_the_key_across_the_back_button(
+    settings: Any,
+) -> None:
+    """Played in Chromium by tests/browser/test_forms.py (the admin's never-cached pages)."""
+    settings.STATIC_URL = "/static/"
+    html = Template("{% load idempotency %}{% idempotency_key_field %}").render(Context({}))
+    assert html.endswith('<script src="/static/idempotency_django/form-keys.js" defer></script>')
+
+
+def test_without_static_files_the_tag_renders_the_key_alone(settings: Any) -> None:
+    """No STATIC_URL, no address for the script: the key works without it (no Back story)."""
+    settings.STATIC_URL = None
+    html = Template("{% load idempotency %}{% idempotency_key_field %}").render(Context({}))
+    assert html.startswith('<input type="hidden" name="idempotency_key"')
+    assert "<script" not in html
+
+
 def test_the_form_field_renders_a_fresh_key_even_when_the_form_is_bound() -> None:
     class Form(forms.Form):
         idempotency_key = IdempotencyKeyField()

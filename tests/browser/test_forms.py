@@ -1,5 +1,6 @@
 """The sample's order form and admin in headless Chromium: the back button and the admin's
-"Save" pressed twice each leave one order, and the person sees a page that says so.
+"Save" pressed twice each leave one order, and the person sees a page that says so. Each
+story docs/forms.rst tells is played here as the browser plays it.
 
 (The double-click on the order form is ``test_checkout.test_the_form_submitted_twice_pays_once``.)
 """
@@ -83,3 +84,65 @@ def test_the_admins_add_form_saved_twice_adds_one_row(
     WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
     assert server_charges(sample, order) == 1
     screenshot("admin-saved-twice")
+
+
+def add_charge_in_the_admin(browser: webdriver.Chrome, sample: Sample, order: str) -> None:
+    """Open the admin's add page, fill it, Save, land on the changelist."""
+    browser.get(f"{sample.url}/admin/payments/charge/add/")
+    fill_charge(browser, "700", order)
+    browser.find_element(By.NAME, "_save").click()
+    WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
+
+
+def fill_charge(browser: webdriver.Chrome, amount: str, order: str) -> None:
+    for name, value in (("amount", amount), ("description", f"checkout {order}")):
+        field = browser.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+
+
+def back_to_the_add_page(browser: webdriver.Chrome) -> None:
+    """Back: the admin's pages are never cached, so Chromium fetches the page again."""
+    browser.back()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.current_url.endswith("/add/") and b.find_elements(By.NAME, "_save")
+    )
+
+
+def test_the_admins_add_page_after_back_saved_again_adds_no_second_row(
+    browser: webdriver.Chrome, sample: Sample, sample_database: str, screenshot: Screenshot
+) -> None:
+    """0.5: Back refetched the never-cached page, which rendered a new key: a second row."""
+    log_in_as_demo(browser, sample, sample_database)
+    order = secrets.token_hex(6)
+    add_charge_in_the_admin(browser, sample, order)
+    back_to_the_add_page(browser)
+    fill_charge(browser, "700", order)  # the same form, as it was sent
+    browser.find_element(By.NAME, "_save").click()
+    WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
+    assert server_charges(sample, order) == 1
+    screenshot("admin-back-same")
+
+
+def test_the_admins_add_page_after_back_edited_shows_a_page_that_says_what_happened(
+    browser: webdriver.Chrome, sample: Sample, sample_database: str, screenshot: Screenshot
+) -> None:
+    log_in_as_demo(browser, sample, sample_database)
+    order = secrets.token_hex(6)
+    add_charge_in_the_admin(browser, sample, order)
+    back_to_the_add_page(browser)
+    fill_charge(browser, "2500", order)
+    browser.find_element(By.NAME, "_save").click()
+    WebDriverWait(browser, 15).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, "[data-idempotency-refusal]")
+    )
+    page = browser.find_element(By.TAG_NAME, "main")
+    assert page.get_attribute("data-idempotency-refusal") == "key-reused"
+    assert server_charges(sample, order) == 1
+    browser.find_element(By.ID, "fresh-form").click()  # a new add page, with a new key
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.NAME, "_save"))
+    fill_charge(browser, "2500", order)
+    browser.find_element(By.NAME, "_save").click()
+    WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
+    assert server_charges(sample, order) == 2
+    screenshot("admin-back-edited")
