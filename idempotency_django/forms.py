@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import replace
+from importlib import import_module
 from typing import Any
 
 from django import forms
@@ -125,7 +126,21 @@ def visitor(request: HttpRequest) -> str:
         # A session the tag did not start (IdempotencyKeyField's form): its id drawn now,
         # so that this post's own session writes can't move its retry elsewhere.
         visitor_id = session[SESSION_MARK] = secrets.token_urlsafe(32)
+    return visitor_tenant(visitor_id)
+
+
+def visitor_tenant(visitor_id: str) -> str:
+    """The key space of the visitor ``visitor_id``: ``session:`` and a digest of the id."""
     return "session:" + hashlib.sha256(visitor_id.encode()).hexdigest()[:40]
+
+
+def session_tenant(session_key: str) -> str | None:
+    """The key space of the anonymous visitor whose session is ``session_key`` (their
+    session cookie's value), as their form posts were stored; ``None`` when that session
+    holds no visitor (unknown, expired, or never shown a form by the tag)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    visitor_id = store.get(SESSION_MARK)
+    return visitor_tenant(visitor_id) if isinstance(visitor_id, str) else None
 
 
 def is_form_post(request: HttpRequest, policy: Policy) -> bool:

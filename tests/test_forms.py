@@ -400,6 +400,33 @@ SESSION_ENGINES = [
 
 
 @pytest.mark.parametrize("engine", SESSION_ENGINES)
+def test_inspect_idempotency_finds_a_visitors_form_post_by_their_session(
+    client: Client, settings: Any, engine: str
+) -> None:
+    """0.5: an anonymous visitor's entries are under session:<digest>, which no operator can
+    name for --tenant. Their session key (the cookie's value) names it now."""
+    import io
+
+    from django.core.management import call_command
+
+    settings.SESSION_ENGINE = engine
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    out = io.StringIO()
+    call_command("inspect_idempotency", key, "--session", cookie, stdout=out)
+    assert "status:          completed" in out.getvalue()
+    assert f"tenant:          '{IdempotencyEntry.objects.get(key=key).tenant}'" in out.getvalue()
+
+
+def test_inspect_idempotency_says_when_a_session_holds_no_visitor() -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="no form visitor"):
+        call_command("inspect_idempotency", "some-key", "--session", "no-such-session")
+
+
+@pytest.mark.parametrize("engine", SESSION_ENGINES)
 @pytest.mark.parametrize("path", ["/forms/guest/", "/forms/guest-cycling/"])
 def test_a_guests_back_button_resubmission_runs_once_though_the_view_changed_the_session(
     settings: Any, client: Client, engine: str, path: str
