@@ -7,6 +7,7 @@ story docs/forms.rst tells is played here as the browser plays it.
 
 from __future__ import annotations
 
+import json
 import secrets
 
 import pytest
@@ -15,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.conftest import Sample
-from tests.browser.test_checkout import Screenshot, server_charges
+from tests.browser.test_checkout import Screenshot, form_posts, server_charges
 from tests.browser.test_demo_pages import log_in_as_demo
 
 # The sample runs on the pass's database ("lock" on PostgreSQL): each pass proves it.
@@ -146,3 +147,48 @@ def test_the_admins_add_page_after_back_edited_shows_a_page_that_says_what_happe
     WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/admin/payments/charge/"))
     assert server_charges(sample, order) == 2
     screenshot("admin-back-edited")
+
+
+def test_reload_after_the_redirect_fetches_its_page_and_sends_nothing(
+    browser: webdriver.Chrome, sample: Sample
+) -> None:
+    order = pay_by_form(browser, sample)
+    browser.get_log("performance")  # drop what earlier pages logged
+    browser.refresh()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "charges"))
+    assert form_posts(browser)[0] == 0
+    assert server_charges(sample, order) == 1
+
+
+def test_reload_of_a_posts_own_answer_sends_it_again_and_gets_the_stored_answer(
+    browser: webdriver.Chrome, sample: Sample
+) -> None:
+    """The post's own answer on screen (here the form's 400 page): reload sends the POST
+    again, with its key, and Chromium asks nothing first (headless, as with a person's F5
+    after confirming)."""
+    browser.get(f"{sample.url}/checkout/form/")
+    amount = browser.find_element(By.NAME, "amount")
+    amount.clear()
+    amount.send_keys("0")
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "error"))
+    browser.get_log("performance")
+    browser.refresh()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "error"))
+    assert form_answers(browser) == [(400, "true")]
+
+
+def form_answers(browser: webdriver.Chrome) -> list[tuple[int, str]]:
+    """The status and ``Idempotent-Replayed`` of each answer to a POST of the form page."""
+    posted, answers = set(), []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        params = message["params"]
+        if message["method"] == "Network.requestWillBeSent":
+            if params["request"]["method"] == "POST":
+                posted.add(params["requestId"])
+        elif message["method"] == "Network.responseReceived" and params["requestId"] in posted:
+            response = params["response"]
+            replayed = response["headers"].get("Idempotent-Replayed", "")
+            answers.append((response["status"], replayed))
+    return answers
