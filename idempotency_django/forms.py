@@ -59,8 +59,12 @@ class IdempotencyKeyWidget(forms.HiddenInput):
     """A hidden input that holds a fresh key each time it is rendered, bound or not.
 
     A re-rendered form (its errors shown) was answered already, and that answer is
-    stored under the key it was sent with: the corrected form needs a new key.
+    stored under the key it was sent with: the corrected form needs a new key. Its
+    media (``{{ form.media }}``) is the script that keeps the key across the back button.
     """
+
+    class Media:
+        js = (KEEPER,)
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         return super().get_context(name, new_key(), attrs)

@@ -75,6 +75,14 @@ def test_without_static_files_the_tag_renders_the_key_alone(settings: Any) -> No
     assert "<script" not in html
 
 
+def test_a_form_with_the_key_field_has_the_script_in_its_media(settings: Any) -> None:
+    class Form(forms.Form):
+        idempotency_key = IdempotencyKeyField()
+
+    settings.STATIC_URL = "/static/"
+    assert str(Form().media) == '<script src="/static/idempotency_django/form-keys.js"></script>'
+
+
 def test_the_form_field_renders_a_fresh_key_even_when_the_form_is_bound() -> None:
     class Form(forms.Form):
         idempotency_key = IdempotencyKeyField()
