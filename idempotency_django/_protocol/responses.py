@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.client import responses as STANDARD_PHRASES
+from typing import Any
 
 from django.forms import BaseForm
 from django.forms.formsets import BaseFormSet
@@ -113,7 +114,7 @@ def shows_form_errors(response: HttpResponseBase) -> bool:
     return any(form.is_bound and not form.is_valid() for form in _forms_in(context))
 
 
-def _forms_in(context: dict[str, object]) -> Iterator[BaseForm | BaseFormSet]:
+def _forms_in(context: dict[str, object]) -> Iterator[BaseForm | BaseFormSet[Any]]:
     """The forms of a context, and those the admin wraps (``adminform.form``,
     ``inline_admin_formsets[i].formset``, ``cl.formset``): read from the instances'
     own attributes, so that no property or lazy object is evaluated."""
