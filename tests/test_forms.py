@@ -242,6 +242,33 @@ def test_an_api_endpoint_asked_for_html_gets_a_page_about_its_request_not_a_form
     assert "href=" not in page
 
 
+@pytest.mark.urls("tests.testapp.switch_views")
+def test_behind_the_switch_a_json_endpoint_asked_for_html_gets_a_page_about_its_request(
+    client: Client, settings: Any
+) -> None:
+    """The issue's case: 0.5 answered "This form was already sent", linking the POST-only URL."""
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    key = str(uuid.uuid4())
+    first = client.post(
+        "/switch/function/", {"amount": 1}, "application/json", headers={"Idempotency-Key": key}
+    )
+    assert first.status_code == 201
+    refused = client.post(
+        "/switch/function/",
+        {"amount": 2},
+        "application/json",
+        headers={"Idempotency-Key": key, "Accept": BROWSER},
+    )
+    assert refused.status_code == 422
+    page = refused.content.decode()
+    assert "This request was already sent" in page
+    assert "/switch/function/" not in page
+
+
 def test_the_refusal_page_never_links_to_another_site() -> None:
     from idempotency_django._protocol.responses import problem_response
     from idempotency_django.exceptions import KeyReused
