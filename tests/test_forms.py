@@ -354,11 +354,26 @@ def test_a_form_shown_again_with_its_errors_is_not_stored_by_the_mixin_nor_the_d
     """One rule for a form re-rendered with its errors, however it is protected: nothing was
     done, so nothing is stored and its key stays free (the admin: test_admin_mixin)."""
     for path in ("/forms/create/", "/forms/formview/", "/forms/template-function/"):
-        key = str(uuid.uuid4())
-        invalid = submit(client, path, key, amount="not a number")
-        assert invalid.status_code == 200
-        assert not IdempotencyEntry.objects.filter(key=key).exists(), path
-        assert submit(client, path, key).status_code == 302, path
+        assert_shown_again_and_not_stored(client, path)
+
+
+def test_behind_the_switch_a_form_shown_again_with_its_errors_is_not_stored(
+    client: Client, settings: Any
+) -> None:
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    assert_shown_again_and_not_stored(client, "/forms/plain-create/")
+
+
+def assert_shown_again_and_not_stored(client: Client, path: str) -> None:
+    key = str(uuid.uuid4())
+    invalid = submit(client, path, key, amount="not a number")
+    assert invalid.status_code == 200
+    assert not IdempotencyEntry.objects.filter(key=key).exists(), path
+    assert submit(client, path, key).status_code == 302, path
 
 
 def test_update_view_form_valid_runs_once_per_key(client: Client) -> None:

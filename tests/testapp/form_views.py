@@ -125,6 +125,14 @@ class ChargeFormView(IdempotentFormMixin, FormView[ChargeForm]):
         return f"/forms/done/{Charge.objects.count()}/"
 
 
+class PlainChargeCreate(CreateView[Charge, Any]):
+    """No mixin: only IdempotencyMiddleware protects it."""
+
+    model = Charge
+    fields = ("reference", "amount")
+    success_url = "/forms/done/{id}/"
+
+
 def plain_charge(request: HttpRequest) -> HttpResponse:
     """No decorator: only IdempotencyMiddleware protects it."""
     if request.method == "POST":
@@ -223,6 +231,7 @@ urlpatterns = [
     path("forms/delete/<int:pk>/", ChargeDelete.as_view()),
     path("forms/formview/", ChargeFormView.as_view()),
     path("forms/plain/", plain_charge),
+    path("forms/plain-create/", PlainChargeCreate.as_view()),
     path("forms/exempt/", exempt_charge),
     path("forms/guest/", guest_checkout),
     path("forms/post-decorated/", PostDecorated.as_view()),
