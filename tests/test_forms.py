@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 import pytest
 from django import forms
@@ -38,11 +39,16 @@ def rendered_key(client: Client, path: str) -> str:
 
 
 def submit(client: Client, path: str, key: str | None, **fields: Any) -> Any:
-    """Post the form as a browser does; ``HTTP_*`` arguments are headers, the rest fields."""
+    """Post the form as a browser does (multipart, the test client's default; ``urlencoded=True``
+    for the other); ``HTTP_*`` arguments are headers, the rest fields."""
     meta = {name: fields.pop(name) for name in list(fields) if name.startswith("HTTP_")}
+    urlencoded = fields.pop("urlencoded", False)
     data = {"csrfmiddlewaretoken": "token", "reference": "order-1", "amount": "100", **fields}
     if key is not None:
         data[FIELD_NAME] = key
+    if urlencoded:
+        form = "application/x-www-form-urlencoded"
+        return client.post(path, urlencode(data), form, HTTP_ACCEPT=BROWSER, **meta)
     return client.post(path, data, HTTP_ACCEPT=BROWSER, **meta)
 
 
@@ -365,15 +371,20 @@ def test_behind_the_switch_a_form_shown_again_with_its_errors_is_not_stored(
         "django.contrib.auth.middleware.AuthenticationMiddleware",
         "idempotency_django.middleware.IdempotencyMiddleware",
     ]
-    assert_shown_again_and_not_stored(client, "/forms/plain-create/")
+    # Urlencoded: the only form body the switch reads a key from.
+    assert_shown_again_and_not_stored(client, "/forms/plain-create/", urlencoded=True)
+    key = str(uuid.uuid4())  # and a valid form is protected by the switch: replayed
+    submit(client, "/forms/plain-create/", key, urlencoded=True)
+    again = submit(client, "/forms/plain-create/", key, urlencoded=True)
+    assert again["Idempotent-Replayed"] == "true"
 
 
-def assert_shown_again_and_not_stored(client: Client, path: str) -> None:
+def assert_shown_again_and_not_stored(client: Client, path: str, **how: Any) -> None:
     key = str(uuid.uuid4())
-    invalid = submit(client, path, key, amount="not a number")
+    invalid = submit(client, path, key, amount="not a number", **how)
     assert invalid.status_code == 200
     assert not IdempotencyEntry.objects.filter(key=key).exists(), path
-    assert submit(client, path, key).status_code == 302, path
+    assert submit(client, path, key, **how).status_code == 302, path
 
 
 def test_update_view_form_valid_runs_once_per_key(client: Client) -> None:
