@@ -69,6 +69,31 @@ def test_the_back_button_and_an_edited_form_shows_a_page_that_says_what_happened
     screenshot("form-back-edited")
 
 
+def test_a_never_cached_form_page_after_back_sent_again_shows_the_same_receipt(
+    browser: webdriver.Chrome, sample: Sample, screenshot: Screenshot
+) -> None:
+    """The tag's page sent never-cached: Back fetches it again, rendered with a new key, and
+    the script puts the first key back (the order is the page's address, not drawn anew)."""
+    order = secrets.token_hex(6)
+    page = f"/checkout/form/?order={order}&cache=never"
+    browser.get(f"{sample.url}{page}")
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 15).until(lambda b: "/checkout/receipts/" in b.current_url)
+    receipt = browser.current_url
+    # A cookie changed meanwhile (as the admin's message after a save): Chromium then
+    # fetches a never-cached page again on Back instead of restoring it from its cache.
+    browser.execute_script("document.cookie = 'seen_receipt=1; path=/';")
+    browser.back()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "submit"))
+    fetched = f'"GET {page} HTTP/1.1"'
+    WebDriverWait(browser, 10).until(lambda _: sample.log.read_text().count(fetched) == 2)
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 15).until(lambda b: "/checkout/receipts/" in b.current_url)
+    assert browser.current_url == receipt
+    assert server_charges(sample, order) == 1
+    screenshot("form-never-cached-back-same")
+
+
 def test_the_admins_add_form_saved_twice_adds_one_row(
     browser: webdriver.Chrome, sample: Sample, sample_database: str, screenshot: Screenshot
 ) -> None:
