@@ -245,7 +245,8 @@ class IdempotentAdminMixin:
 
     @property
     def media(self) -> forms.Media:
-        # The admin's pages are never cached: Back fetches them again, with new keys.
+        # The admin's pages are never cached: Back may fetch them again (Chromium does once a
+        # cookie changed, as the message after a save), rendered with new keys.
         parent: Any = super()
         return parent.media + forms.Media(js=[KEEPER])  # type: ignore[no-any-return]
 
