@@ -34,7 +34,7 @@ $(VENV)/.sample: pyproject.toml $(if $(VENV_STALE),FORCE)
 	$(PIP) install -q --upgrade pip && $(PIP) install -q -e . --group sample && touch $@
 
 run: $(VENV)/.sample
-	$(PY) manage.py migrate --noinput && $(PY) sample_project/hint.py $(PORT) && $(PY) manage.py runserver 127.0.0.1:$(PORT)
+	$(PY) manage.py migrate --noinput && $(PY) sample_project/hint.py $(PORT)
 
 # The full suite, as CI runs it: SQLite, PostgreSQL, MariaDB, then the multi-database and
 # pooler tiers, with Redis, the Celery brokers and NATS; a missing service FAILS it

@@ -8,8 +8,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import BaseModelAdmin
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
@@ -25,7 +27,7 @@ from idempotency_django._adapters.decorators import handle
 from idempotency_django._protocol.keys import readable
 from idempotency_django._protocol.options import Options, check_option_names
 from idempotency_django.databases import possible_aliases
-from idempotency_django.forms import hidden_input
+from idempotency_django.forms import KEEPER, hidden_input, require_first
 from idempotency_django.models import IdempotencyEntry
 
 if TYPE_CHECKING:
@@ -234,8 +236,19 @@ class IdempotentAdminMixin:
 
     idempotency_options: ClassVar[Mapping[str, Any]] = {"required": False}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        require_first(cls, IdempotentAdminMixin, BaseModelAdmin, "admin.ModelAdmin")
+
     def get_idempotency_options(self) -> Options:
         return _admin_options(type(self).__qualname__, self.idempotency_options)
+
+    @property
+    def media(self) -> forms.Media:
+        # The admin's pages are never cached: Back may fetch them again (Chromium does once a
+        # cookie changed, as the message after a save), rendered with new keys.
+        parent: Any = super()
+        return parent.media + forms.Media(js=[KEEPER])  # type: ignore[no-any-return]
 
     def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         return self._once(request, "add_view", args, kwargs)

@@ -12,10 +12,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import replace
+from importlib import import_module
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
+from django.templatetags.static import static
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -33,6 +37,9 @@ FORM_WAIT = 5.0
 # the session key, which changes under the visitor's feet (cycle_key(), and every write of a
 # signed-cookie session): the back button would then re-send a key into a new key space.
 SESSION_MARK = "_idempotency_visitor"
+# The script that gives a form its first key back when the browser fetches its page again on
+# Back (a never-cached page: the admin's, Cache-Control: no-store). A static file of the app.
+KEEPER = "idempotency_django/form-keys.js"
 
 
 def hidden_input(key: str | None = None) -> SafeString:
@@ -40,12 +47,24 @@ def hidden_input(key: str | None = None) -> SafeString:
     return format_html('<input type="hidden" name="{}" value="{}">', FIELD_NAME, key or new_key())
 
 
+def keeper_script() -> SafeString:
+    """``<script>`` of :data:`KEEPER` (deferred; it runs once, however often included);
+    nothing without ``STATIC_URL``, which gives the script its address."""
+    if not settings.STATIC_URL:
+        return SafeString("")
+    return format_html('<script src="{}" defer></script>', static(KEEPER))
+
+
 class IdempotencyKeyWidget(forms.HiddenInput):
     """A hidden input that holds a fresh key each time it is rendered, bound or not.
 
     A re-rendered form (its errors shown) was answered already, and that answer is
-    stored under the key it was sent with: the corrected form needs a new key.
+    stored under the key it was sent with: the corrected form needs a new key. Its
+    media (``{{ form.media }}``) is the script that keeps the key across the back button.
     """
+
+    class Media:
+        js = (KEEPER,)
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         return super().get_context(name, new_key(), attrs)
@@ -64,6 +83,17 @@ class IdempotencyKeyField(forms.CharField):
         kwargs.setdefault("required", False)
         kwargs.setdefault("label", "")
         super().__init__(**kwargs)
+
+
+def require_first(cls: type, mixin: type, base: type, example: str) -> None:
+    """Refuse ``cls`` when Django's ``base`` comes before ``mixin`` in it: ``base``'s views
+    would shadow the mixin's, and nothing would be protected (as DRF's mixin refuses)."""
+    mro = cls.__mro__
+    if base in mro and mro.index(base) < mro.index(mixin):
+        raise ImproperlyConfigured(
+            f"{cls.__qualname__}: put {mixin.__name__} before the Django class, "
+            f"e.g. class {cls.__name__}({mixin.__name__}, {example})."
+        )
 
 
 def start_visitor_session(request: HttpRequest | None) -> None:
@@ -100,7 +130,21 @@ def visitor(request: HttpRequest) -> str:
         # A session the tag did not start (IdempotencyKeyField's form): its id drawn now,
         # so that this post's own session writes can't move its retry elsewhere.
         visitor_id = session[SESSION_MARK] = secrets.token_urlsafe(32)
+    return visitor_tenant(visitor_id)
+
+
+def visitor_tenant(visitor_id: str) -> str:
+    """The key space of the visitor ``visitor_id``: ``session:`` and a digest of the id."""
     return "session:" + hashlib.sha256(visitor_id.encode()).hexdigest()[:40]
+
+
+def session_tenant(session_key: str) -> str | None:
+    """The key space of the anonymous visitor whose session is ``session_key`` (their
+    session cookie's value), as their form posts were stored; ``None`` when that session
+    holds no visitor (unknown, expired, or never shown a form by the tag)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    visitor_id = store.get(SESSION_MARK)
+    return visitor_tenant(visitor_id) if isinstance(visitor_id, str) else None
 
 
 def is_form_post(request: HttpRequest, policy: Policy) -> bool:

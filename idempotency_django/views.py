@@ -20,8 +20,8 @@ from typing import Any, ClassVar, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views import View as DjangoView
 from django.views.decorators.http import require_safe
-from django.views.generic.edit import BaseDeleteView
 
 from idempotency_django._adapters.decorators import EntriesDatabase, handle
 from idempotency_django._conf import conf
@@ -31,6 +31,7 @@ from idempotency_django._protocol.options import Options, check_option_names
 from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
+from idempotency_django.forms import require_first
 from idempotency_django.lookup import KeyStatus, lookup
 
 # Per caller and changing, refusals included: never from a shared cache, never kept.
@@ -119,13 +120,13 @@ def status_response(found: KeyStatus) -> HttpResponse:
 
 
 class IdempotentFormMixin:
-    """Run ``form_valid`` once per key: for ``CreateView``, ``UpdateView``, ``DeleteView``
+    """Run a form's post once per key: for ``CreateView``, ``UpdateView``, ``DeleteView``
     and ``FormView`` (``class OrderCreate(IdempotentFormMixin, CreateView)``).
 
     The key is the form's ``idempotency_key`` field (``{% idempotency_key_field %}``)
-    or the ``Idempotency-Key`` header; the answer stored and replayed is
-    ``form_valid``'s, usually the redirect. A form that does not validate is
-    answered as usual, unprotected and unstored: nothing was done. Options are
+    or the ``Idempotency-Key`` header, looked up before the form is validated; the
+    answer stored and replayed is the post's, usually ``form_valid``'s redirect. A
+    form shown again with its errors is not stored: nothing was done. Options are
     ``@idempotent``'s keywords in ``idempotency_options``; the view's
     authentication (``LoginRequiredMixin``, ``dispatch()``) runs before it.
     """
@@ -135,6 +136,7 @@ class IdempotentFormMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        require_first(cls, IdempotentFormMixin, DjangoView, "CreateView")
         IdempotentFormMixin._IDEMPOTENT_FORM_VIEWS.append(cls)
 
     @classmethod
@@ -157,21 +159,12 @@ class IdempotentFormMixin:
         return view
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # The whole post, not form_valid(): the key is looked up before the form is
+        # validated, so a reload gets the stored answer even where the form would no
+        # longer validate (its unique value now taken, its object deleted: a 404).
         parent: Any = super()
-        if not isinstance(self, BaseDeleteView):
-            return parent.post(request, *args, **kwargs)  # type: ignore[no-any-return]
-        # A delete looks its object up before form_valid(): a reload after the delete
-        # would be a 404. The whole post is protected instead (its form is always valid).
-        self._idempotency_whole_post = True
         options = self.get_idempotency_options()
         return handle(request, options, lambda: parent.post(request, *args, **kwargs))
-
-    def form_valid(self, form: Any) -> HttpResponse:
-        parent: Any = super()
-        if getattr(self, "_idempotency_whole_post", False):
-            return parent.form_valid(form)  # type: ignore[no-any-return]
-        request: HttpRequest = getattr(self, "request")  # noqa: B009  (set by View.setup)
-        return handle(request, self.get_idempotency_options(), lambda: parent.form_valid(form))
 
 
 __all__ = ["IdempotentFormMixin"]

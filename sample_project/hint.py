@@ -1,14 +1,21 @@
-"""Printed by `make run` before the server starts: where to click, and a replay by hand.
+"""`make run`: the sample's server, and once it listens, where to click and a replay by hand.
 
 ``python sample_project/hint.py [PORT]``: creates the demo user (demo/demo) and its
-API token if missing, so the DRF line below carries a token that works.
+API token if missing, so the DRF line below carries a token that works, starts
+``manage.py runserver`` on the port, and prints the hint once the server answers
+connections (not before, when the first curl would be refused); Ctrl-C stops both.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 HINT = """
 Serving the sample project on {base}/  (admin and API user: demo / demo)
@@ -39,15 +46,39 @@ The counters move with each answer (executed, then replayed):
 """
 
 
+def serve(port: int, command: list[str], hint: str) -> int:
+    """Run the server ``command``; print ``hint`` once it listens on ``port``; its exit code."""
+    server = subprocess.Popen(command)
+    try:
+        if _listening(port, server):
+            print(hint, flush=True)
+        return server.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the server too: it is in our process group
+        return server.wait()
+
+
+def _listening(port: int, server: subprocess.Popen[bytes]) -> bool:
+    """Whether ``server`` listens on ``port`` before it exits (polled: it says nothing)."""
+    while server.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
 def main(port: str) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sample_project.settings")
     import django
 
     django.setup()
     from sample_project.payments.management.commands.ensure_demo_user import demo_token
 
-    print(HINT.format(base=f"http://127.0.0.1:{port}", token=demo_token()))
+    hint = HINT.format(base=f"http://127.0.0.1:{port}", token=demo_token())
+    runserver = [sys.executable, str(ROOT / "manage.py"), "runserver", f"127.0.0.1:{port}"]
+    sys.exit(serve(int(port), runserver, hint))
 
 
 if __name__ == "__main__":

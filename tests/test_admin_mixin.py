@@ -50,6 +50,17 @@ def test_the_admin_change_form_renders_a_fresh_key_in_its_form(staff: Client) ->
     assert first != second
 
 
+@pytest.mark.parametrize("page", ["add/", "1/change/", "1/delete/", ""])
+def test_every_protected_admin_page_loads_the_script_that_keeps_its_keys(
+    staff: Client, page: str, settings: Any
+) -> None:
+    """The admin's pages are never cached: Back fetches them again (tests/browser)."""
+    settings.STATIC_URL = "/static/"
+    Charge.objects.create(pk=1, reference="r", amount=1)
+    html = staff.get(f"/forms-admin/testapp/charge/{page}").content.decode()
+    assert '<script src="/static/idempotency_django/form-keys.js"></script>' in html
+
+
 def test_the_admin_add_form_saved_twice_adds_one_row(staff: Client) -> None:
     [key] = keys_of(staff, "/forms-admin/testapp/charge/add/")
     data = {"reference": "r", "amount": "3", "_save": "Save", FIELD_NAME: key}
@@ -91,6 +102,39 @@ def test_an_admin_action_posted_twice_runs_once(staff: Client) -> None:
     again = staff.post("/forms-admin/testapp/charge/", data)
     assert again["Idempotent-Replayed"] == "true"
     assert Charge.objects.get(pk=charge.pk).amount == 2
+
+
+@pytest.mark.parametrize("page", ["add", "change", "changelist"])
+def test_an_admin_form_shown_again_with_its_errors_is_not_stored(staff: Client, page: str) -> None:
+    """0.5 stored the 200 of an invalid admin form and replayed it; the form mixin did not.
+    One rule now (test_forms): nothing was done, nothing is stored, the key stays free."""
+    charge = Charge.objects.create(reference="r", amount=1)
+    path, fields = {
+        "add": ("/forms-admin/testapp/charge/add/", {"reference": "r", "_save": "Save"}),
+        "change": (f"/forms-admin/testapp/charge/{charge.pk}/change/", {"reference": "r"}),
+        "changelist": ("/forms-admin/testapp/charge/", _changelist_save(charge.pk)),
+    }[page]
+    [key] = keys_of(staff, path)
+    invalid = staff.post(path, {**fields, _amount(page): "not a number", FIELD_NAME: key})
+    assert invalid.status_code == 200
+    assert b"errornote" in invalid.content  # Django's "Please correct the error(s) below."
+    corrected = staff.post(path, {**fields, _amount(page): "4", FIELD_NAME: key})
+    assert corrected.status_code == 302
+    assert "Idempotent-Replayed" not in corrected
+
+
+def _amount(page: str) -> str:
+    return "form-0-amount" if page == "changelist" else "amount"
+
+
+def _changelist_save(pk: int) -> dict[str, str]:
+    """``list_editable``'s save of one row (its management form and the row's fields)."""
+    return {
+        "form-TOTAL_FORMS": "1",
+        "form-INITIAL_FORMS": "1",
+        "form-0-id": str(pk),
+        "_save": "Save",
+    }
 
 
 def test_an_admin_post_without_a_key_runs_as_the_admin_always_did(staff: Client) -> None:
@@ -175,3 +219,15 @@ def test_a_wrong_admin_option_names_the_model_admin() -> None:
         ImproperlyConfigured, match=r"WrongAdmin\.idempotency_options: .*ttl_seconds"
     ):
         model_admin.get_idempotency_options()
+
+
+def test_the_mixin_after_the_model_admin_class_is_refused_when_the_class_is_made() -> None:
+    """0.5 took ``class A(admin.ModelAdmin, IdempotentAdminMixin)`` silently: the admin's
+    views came first, and nothing was protected."""
+    from django.contrib import admin
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match=r"put IdempotentAdminMixin before"):
+
+        class Late(admin.ModelAdmin, IdempotentAdminMixin):  # type: ignore[type-arg]
+            pass

@@ -87,6 +87,15 @@ def test_every_check_id_is_documented(built_docs: Path) -> None:
     assert not missing, f"name these check ids in docs/settings.rst: {missing}"
 
 
+def test_the_settings_pages_list_of_deployment_warnings_names_each() -> None:
+    """0.5's list of what ``check --deploy`` adds left out W151 (named under its setting only)."""
+    sources = (PACKAGE / "_operations" / "deploy_checks.py", PACKAGE / "outbox" / "checks.py")
+    ids = {i for path in sources for i in re.findall(r'"(W\d{3})"', path.read_text())}
+    assert "W151" in ids
+    listed = (DOCS / "settings.rst").read_text().split(".. setting::", 1)[0]
+    assert not sorted(i for i in ids if f"idempotency_django.{i}" not in listed)
+
+
 def test_every_check_hint_points_at_an_anchor_of_the_docs(built_docs: Path) -> None:
     from idempotency_django._operations import deploy_checks as d
     from idempotency_django.outbox.checks import check_relay_scheduled

@@ -228,9 +228,28 @@ def test_the_readme_is_a_door_of_at_most_150_lines() -> None:
     assert len(README.splitlines()) <= 150
 
 
-@pytest.mark.parametrize("page", ["client", "conditional", "verify", "mcp"])
+@pytest.mark.parametrize("page", ["client", "conditional", "verify", "mcp", "forms"])
 def test_the_readme_links_the_page(page: str) -> None:
     assert f"/en/latest/{page}.html" in README
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "idempotency_key_field",
+        "IdempotentFormMixin",
+        "IdempotentAdminMixin",
+        "IdempotencyMiddleware",
+    ],
+)
+def test_the_readme_names_the_forms_the_admin_and_the_switch(name: str) -> None:
+    assert name in README
+
+
+def test_the_readme_says_a_browser_gets_a_page_not_problem_json() -> None:
+    """0.5's README said every refusal is application/problem+json."""
+    assert "all ``application/problem+json``" not in README
+    assert "``text/html``) a page with the same status" in README
 
 
 def test_the_readme_keeps_its_commands() -> None:

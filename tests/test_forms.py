@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 import pytest
 from django import forms
@@ -38,10 +39,17 @@ def rendered_key(client: Client, path: str) -> str:
 
 
 def submit(client: Client, path: str, key: str | None, **fields: Any) -> Any:
+    """Post the form as a browser does (multipart, the test client's default; ``urlencoded=True``
+    for the other); ``HTTP_*`` arguments are headers, the rest fields."""
+    meta = {name: fields.pop(name) for name in list(fields) if name.startswith("HTTP_")}
+    urlencoded = fields.pop("urlencoded", False)
     data = {"csrfmiddlewaretoken": "token", "reference": "order-1", "amount": "100", **fields}
     if key is not None:
         data[FIELD_NAME] = key
-    return client.post(path, data, HTTP_ACCEPT=BROWSER)
+    if urlencoded:
+        form = "application/x-www-form-urlencoded"
+        return client.post(path, urlencode(data), form, HTTP_ACCEPT=BROWSER, **meta)
+    return client.post(path, data, HTTP_ACCEPT=BROWSER, **meta)
 
 
 # --- the key in every form -----------------------------------------------------------------------
@@ -54,6 +62,31 @@ def test_the_tag_renders_a_hidden_input_holding_a_fresh_uuid7_each_time() -> Non
     assert first.startswith('<input type="hidden" name="idempotency_key" value="')
     assert keys[0] != keys[1]
     assert all(uuid.UUID(key).version == 7 for key in keys)
+
+
+def test_the_tag_includes_the_script_that_keeps_the_key_across_the_back_button(
+    settings: Any,
+) -> None:
+    """Played in Chromium by tests/browser/test_forms.py (the admin's never-cached pages)."""
+    settings.STATIC_URL = "/static/"
+    html = Template("{% load idempotency %}{% idempotency_key_field %}").render(Context({}))
+    assert html.endswith('<script src="/static/idempotency_django/form-keys.js" defer></script>')
+
+
+def test_without_static_files_the_tag_renders_the_key_alone(settings: Any) -> None:
+    """No STATIC_URL, no address for the script: the key works without it (no Back story)."""
+    settings.STATIC_URL = None
+    html = Template("{% load idempotency %}{% idempotency_key_field %}").render(Context({}))
+    assert html.startswith('<input type="hidden" name="idempotency_key"')
+    assert "<script" not in html
+
+
+def test_a_form_with_the_key_field_has_the_script_in_its_media(settings: Any) -> None:
+    class Form(forms.Form):
+        idempotency_key = IdempotencyKeyField()
+
+    settings.STATIC_URL = "/static/"
+    assert str(Form().media) == '<script src="/static/idempotency_django/form-keys.js"></script>'
 
 
 def test_the_form_field_renders_a_fresh_key_even_when_the_form_is_bound() -> None:
@@ -172,10 +205,74 @@ def test_an_api_client_still_gets_problem_json_for_the_same_refusal(client: Clie
 
 
 def test_a_malformed_key_in_a_browser_form_is_a_400_page(client: Client) -> None:
-    refused = submit(client, "/forms/charge/", "not ascii: é")
+    refused = submit(
+        client, "/forms/charge/", "not ascii: é", HTTP_REFERER="http://testserver/forms/charge/"
+    )
     assert refused.status_code == 400
     assert refused["Content-Type"].startswith("text/html")
-    assert b"Open a fresh form" in refused.content
+    assert b'<a href="/forms/charge/" id="fresh-form">Open a fresh form</a>' in refused.content
+
+
+def test_a_keyless_browser_form_is_told_what_its_page_lacks_not_to_open_it_again(
+    client: Client,
+) -> None:
+    """0.5 said "open the form afresh": the same page, lacking the tag, loops forever."""
+    refused = submit(client, "/forms/charge/", None, HTTP_REFERER="http://testserver/forms/charge/")
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "{% idempotency_key_field %}" in page
+    assert "idempotency_key" in page
+    assert "fresh-form" not in page
+    assert "afresh" not in page
+
+
+def test_an_api_endpoint_asked_for_html_gets_a_page_about_its_request_not_a_form(
+    client: Client,
+) -> None:
+    """0.5 told a JSON endpoint's caller "This form was already sent", with a link to the
+    endpoint's POST-only URL. A page fits what it refuses, and links only where a GET goes."""
+    key = str(uuid.uuid4())
+    client.post("/charges/", {"amount": 1}, "application/json", headers={"Idempotency-Key": key})
+    refused = client.post(
+        "/charges/",
+        {"amount": 2},
+        "application/json",
+        headers={"Idempotency-Key": key, "Accept": BROWSER},
+        HTTP_REFERER="http://testserver/shop/",
+    )
+    assert refused.status_code == 422
+    assert refused["Content-Type"].startswith("text/html")
+    page = refused.content.decode()
+    assert "This request was already sent" in page
+    assert "form" not in page.lower()
+    assert "href=" not in page
+
+
+@pytest.mark.urls("tests.testapp.switch_views")
+def test_behind_the_switch_a_json_endpoint_asked_for_html_gets_a_page_about_its_request(
+    client: Client, settings: Any
+) -> None:
+    """The issue's case: 0.5 answered "This form was already sent", linking the POST-only URL."""
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    key = str(uuid.uuid4())
+    first = client.post(
+        "/switch/function/", {"amount": 1}, "application/json", headers={"Idempotency-Key": key}
+    )
+    assert first.status_code == 201
+    refused = client.post(
+        "/switch/function/",
+        {"amount": 2},
+        "application/json",
+        headers={"Idempotency-Key": key, "Accept": BROWSER},
+    )
+    assert refused.status_code == 422
+    page = refused.content.decode()
+    assert "This request was already sent" in page
+    assert "/switch/function/" not in page
 
 
 def test_the_refusal_page_never_links_to_another_site() -> None:
@@ -200,8 +297,9 @@ def test_the_refusal_page_links_back_to_the_sites_own_form_page(scheme: str) -> 
     assert response.status_code == 409
     page = response.content.decode()
     assert "This form is still being sent" in page
-    assert f'<a href="{back}">Back to the form\'s page</a>' in page
-    assert 'href="/forms/charge/" id="fresh-form"' in page
+    # The page the form was on (a GET renders it anew), not the POST's own address.
+    assert '<a href="/shop/checkout/?step=2" id="fresh-form">Open a fresh form</a>' in page
+    assert 'href="/forms/charge/"' not in page
 
 
 def test_without_app_dirs_the_refusal_page_is_found_all_the_same(settings: Any) -> None:
@@ -209,7 +307,9 @@ def test_without_app_dirs_the_refusal_page_is_found_all_the_same(settings: Any) 
     from idempotency_django.exceptions import KeyReused
 
     settings.TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates"}]
-    request = RequestFactory().post("/forms/charge/", HTTP_ACCEPT=BROWSER)
+    request = RequestFactory().post(
+        "/forms/charge/", HTTP_ACCEPT=BROWSER, HTTP_REFERER="http://testserver/forms/charge/"
+    )
     response = problem_response(KeyReused(), request)
     assert response.status_code == 422
     assert response["Content-Type"].startswith("text/html")
@@ -232,13 +332,59 @@ def test_create_view_form_valid_runs_once_per_key(client: Client) -> None:
     assert Charge.objects.count() == 1
 
 
-def test_an_invalid_form_is_answered_unprotected_and_stores_nothing(client: Client) -> None:
+def test_an_invalid_form_is_answered_and_stores_nothing(client: Client) -> None:
     key = str(uuid.uuid4())
     invalid = submit(client, "/forms/create/", key, amount="not a number")
     assert invalid.status_code == 200
     assert not IdempotencyEntry.objects.filter(key=key).exists()
     corrected = submit(client, "/forms/create/", key)
     assert corrected.status_code == 302
+
+
+def test_a_reload_of_a_created_object_replays_the_redirect_before_validating_again(
+    client: Client,
+) -> None:
+    """0.5 validated the reload first: its unique reference "already exists" (a 200 page)."""
+    key = rendered_key(client, "/forms/unique/")
+    first = submit(client, "/forms/unique/", key, reference="unique-1")
+    reload = submit(client, "/forms/unique/", key, reference="unique-1")
+    assert first.status_code == reload.status_code == 302
+    assert reload["Location"] == first["Location"]
+    assert reload["Idempotent-Replayed"] == "true"
+    assert Charge.objects.count() == 1
+
+
+def test_a_form_shown_again_with_its_errors_is_not_stored_by_the_mixin_nor_the_decorator(
+    client: Client,
+) -> None:
+    """One rule for a form re-rendered with its errors, however it is protected: nothing was
+    done, so nothing is stored and its key stays free (the admin: test_admin_mixin)."""
+    for path in ("/forms/create/", "/forms/formview/", "/forms/template-function/"):
+        assert_shown_again_and_not_stored(client, path)
+
+
+def test_behind_the_switch_a_form_shown_again_with_its_errors_is_not_stored(
+    client: Client, settings: Any
+) -> None:
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "idempotency_django.middleware.IdempotencyMiddleware",
+    ]
+    # Urlencoded: the only form body the switch reads a key from.
+    assert_shown_again_and_not_stored(client, "/forms/plain-create/", urlencoded=True)
+    key = str(uuid.uuid4())  # and a valid form is protected by the switch: replayed
+    submit(client, "/forms/plain-create/", key, urlencoded=True)
+    again = submit(client, "/forms/plain-create/", key, urlencoded=True)
+    assert again["Idempotent-Replayed"] == "true"
+
+
+def assert_shown_again_and_not_stored(client: Client, path: str, **how: Any) -> None:
+    key = str(uuid.uuid4())
+    invalid = submit(client, path, key, amount="not a number", **how)
+    assert invalid.status_code == 200
+    assert not IdempotencyEntry.objects.filter(key=key).exists(), path
+    assert submit(client, path, key, **how).status_code == 302, path
 
 
 def test_update_view_form_valid_runs_once_per_key(client: Client) -> None:
@@ -280,6 +426,21 @@ def test_a_wrong_mixin_option_fails_when_the_urlconf_loads() -> None:
         Wrong.as_view()
 
 
+def test_the_mixin_after_the_django_view_class_is_refused_when_the_class_is_made() -> None:
+    """0.5 took ``class V(CreateView, IdempotentFormMixin)`` silently, and protected nothing:
+    CreateView's post() came first (DRF's mixin refuses the same mistake)."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.views.generic import CreateView
+
+    from idempotency_django.views import IdempotentFormMixin
+
+    with pytest.raises(ImproperlyConfigured, match=r"put IdempotentFormMixin before"):
+
+        class Late(CreateView, IdempotentFormMixin):  # type: ignore[type-arg]
+            model = Charge
+            fields = ("reference", "amount")
+
+
 # --- who the caller is ---------------------------------------------------------------------------
 
 
@@ -297,6 +458,33 @@ SESSION_ENGINES = [
     "django.contrib.sessions.backends.db",
     "django.contrib.sessions.backends.signed_cookies",
 ]
+
+
+@pytest.mark.parametrize("engine", SESSION_ENGINES)
+def test_inspect_idempotency_finds_a_visitors_form_post_by_their_session(
+    client: Client, settings: Any, engine: str
+) -> None:
+    """0.5: an anonymous visitor's entries are under session:<digest>, which no operator can
+    name for --tenant. Their session key (the cookie's value) names it now."""
+    import io
+
+    from django.core.management import call_command
+
+    settings.SESSION_ENGINE = engine
+    key = rendered_key(client, "/forms/charge/")
+    submit(client, "/forms/charge/", key)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    out = io.StringIO()
+    call_command("inspect_idempotency", key, "--session", cookie, stdout=out)
+    assert "status:          completed" in out.getvalue()
+    assert f"tenant:          '{IdempotencyEntry.objects.get(key=key).tenant}'" in out.getvalue()
+
+
+def test_inspect_idempotency_says_when_a_session_holds_no_visitor() -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="no form visitor"):
+        call_command("inspect_idempotency", "some-key", "--session", "no-such-session")
 
 
 @pytest.mark.parametrize("engine", SESSION_ENGINES)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
+import sys
 
 import pytest
 from django.test import Client
 
-from sample_project.hint import HINT
+from sample_project.hint import HINT, serve
 from sample_project.payments.management.commands.ensure_demo_user import demo_token
 
 pytestmark = [pytest.mark.faces, pytest.mark.django_db, pytest.mark.urls("sample_project.urls")]
@@ -51,3 +53,36 @@ def test_the_index_links_both_api_docs_pages(client: Client) -> None:
     page = client.get("/").content.decode()
     assert 'href="/api/docs/"' in page
     assert 'href="/ninja/docs"' in page
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# A stand-in server: says so once it listens, answers one connection (the hint's wait), exits.
+_SERVER = """
+import socket, sys
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+print("listening", flush=True)
+server.accept()[0].close()
+"""
+
+
+def test_make_run_prints_its_hint_once_the_server_listens(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """0.5 printed the curl lines before runserver started: the first one was refused."""
+    port = free_port()
+    assert serve(port, [sys.executable, "-c", _SERVER, str(port)], "THE HINT") == 0
+    assert capfd.readouterr().out.split() == ["listening", "THE", "HINT"]
+
+
+def test_make_run_prints_no_hint_when_the_server_never_listens(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    assert serve(free_port(), [sys.executable, "-c", "raise SystemExit(3)"], "THE HINT") == 3
+    assert "THE HINT" not in capfd.readouterr().out

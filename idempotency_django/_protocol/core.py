@@ -30,7 +30,12 @@ from idempotency_django._protocol.keys import extracted, parse_key
 from idempotency_django._protocol.keys import form_field as form_key
 from idempotency_django._protocol.options import SAFE_METHODS, Options, Policy
 from idempotency_django._protocol.redact import stored_answer
-from idempotency_django._protocol.responses import StoredResponse, is_final, require_plain
+from idempotency_django._protocol.responses import (
+    StoredResponse,
+    is_final,
+    require_plain,
+    shows_form_errors,
+)
 from idempotency_django._storage import cache
 from idempotency_django._storage.secret import derive_key
 from idempotency_django._storage.store.pg import IDLE_BOUND
@@ -409,8 +414,13 @@ def bound_request_transaction(alias: str) -> None:
 
 
 def _stored(response: HttpResponse) -> bool:
-    """Whether this answer is stored and replayed: final, and not an auth refusal."""
-    return is_final(response.status_code) and not is_refusal(response)
+    """Whether this answer is stored and replayed: final, not an auth refusal, and not a
+    form shown again with its errors."""
+    return (
+        is_final(response.status_code)
+        and not is_refusal(response)
+        and not shows_form_errors(response)
+    )
 
 
 def is_refusal(response: HttpResponse) -> bool:

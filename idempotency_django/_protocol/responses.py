@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.client import responses as STANDARD_PHRASES
+from typing import Any
 
+from django.forms import BaseForm
+from django.forms.formsets import BaseFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from idempotency_django._protocol import refusal_pages
@@ -97,6 +101,29 @@ def is_final(status: int) -> bool:
 
 
 TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+
+
+def shows_form_errors(response: HttpResponseBase) -> bool:
+    """Whether ``response`` is a form page shown again with its errors: a template response
+    whose context holds a bound form or formset that did not validate (a generic editing
+    view's ``form_invalid``, the admin's add and change pages, its ``list_editable``).
+    Nothing was done, so it is no answer to its key: never stored, the key stays free."""
+    context = getattr(response, "context_data", None)
+    if not isinstance(context, dict):
+        return False
+    return any(form.is_bound and not form.is_valid() for form in _forms_in(context))
+
+
+def _forms_in(context: dict[str, object]) -> Iterator[BaseForm | BaseFormSet[Any]]:
+    """The forms of a context, and those the admin wraps (``adminform.form``,
+    ``inline_admin_formsets[i].formset``, ``cl.formset``): read from the instances'
+    own attributes, so that no property or lazy object is evaluated."""
+    for value in context.values():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            own = getattr(item, "__dict__", {})
+            for candidate in (item, own.get("form"), own.get("formset")):
+                if isinstance(candidate, BaseForm | BaseFormSet):
+                    yield candidate
 
 
 def require_plain(response: HttpResponseBase) -> HttpResponse:

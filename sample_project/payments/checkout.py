@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import add_never_cache_headers
 from django.utils.module_loading import import_string
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -108,14 +109,25 @@ def _provider_key(request: HttpRequest, key: str) -> str:
 def pay_form(request: IdempotentRequest) -> HttpResponse:
     """The no-JavaScript recipe: GET renders a fresh key, POST charges and redirects."""
     if request.method == "GET":
-        context = {"order": new_order()}  # {% idempotency_key_field %} draws the key
-        return render(request, "payments/form.html", context)
+        return form_page(request)
     order, amount = request.POST.get("order", ""), request.POST.get("amount", "")
     if not ORDER.fullmatch(order) or not amount.isdigit() or int(amount) <= 0:
         return render(request, "payments/form.html", {"error": "Bad order or amount."}, status=400)
     time.sleep(_delay(request.GET.get("delay")))  # ?delay=1: slow enough to submit twice
     charge = _charge(request, order, int(amount))
     return redirect("checkout-receipt", pk=charge.pk)  # 302: the browser GETs the receipt
+
+
+def form_page(request: HttpRequest) -> HttpResponse:
+    """The form ({% idempotency_key_field %} draws the key) for a new order, or for
+    ``?order=<id>``; ``?cache=never`` sends it never-cached, as the admin's pages are
+    (Back then fetches it again: docs/forms.rst, "The three stories")."""
+    order = request.GET.get("order", "")
+    context = {"order": order if ORDER.fullmatch(order) else new_order()}
+    response = render(request, "payments/form.html", context)
+    if request.GET.get("cache") == "never":
+        add_never_cache_headers(response)
+    return response
 
 
 @require_GET

@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
@@ -52,6 +53,16 @@ def charge_form(request: HttpRequest) -> HttpResponse:
 
 
 @idempotent
+def charge_template(request: HttpRequest) -> HttpResponse:
+    """``charge_form`` answering a ``TemplateResponse``: its context shows the form's errors."""
+    form = ChargeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        charge = form.save()
+        return HttpResponseRedirect(f"/forms/done/{charge.pk}/")
+    return TemplateResponse(request, "testapp/charge_form.html", {"form": form})
+
+
+@idempotent
 def upload(request: HttpRequest) -> HttpResponse:
     """A multipart form with a file: one charge per upload."""
     form = ReceiptForm(request.POST, request.FILES)
@@ -70,6 +81,21 @@ class ChargeCreate(IdempotentFormMixin, CreateView[Charge, Any]):
     model = Charge
     fields = ("reference", "amount")
     success_url = "/forms/done/{id}/"
+
+
+class UniqueReferenceForm(ChargeForm):
+    """A reference may be used once: a second order with it "already exists"."""
+
+    def clean_reference(self) -> str:
+        reference: str = self.cleaned_data["reference"]
+        if Charge.objects.filter(reference=reference).exists():
+            raise forms.ValidationError("A charge with this reference already exists.")
+        return reference
+
+
+class UniqueChargeCreate(ChargeCreate):
+    form_class = UniqueReferenceForm
+    fields = None  # type: ignore[assignment]
 
 
 class RacingChargeCreate(ChargeCreate):
@@ -97,6 +123,14 @@ class ChargeFormView(IdempotentFormMixin, FormView[ChargeForm]):
 
     def get_success_url(self) -> str:
         return f"/forms/done/{Charge.objects.count()}/"
+
+
+class PlainChargeCreate(CreateView[Charge, Any]):
+    """No mixin: only IdempotencyMiddleware protects it."""
+
+    model = Charge
+    fields = ("reference", "amount")
+    success_url = "/forms/done/{id}/"
 
 
 def plain_charge(request: HttpRequest) -> HttpResponse:
@@ -165,6 +199,9 @@ def exempt_charge(request: HttpRequest) -> HttpResponse:
 
 class ChargeAdmin(IdempotentAdminMixin, admin.ModelAdmin[Charge]):
     actions = ("double_amounts",)
+    list_display = ("reference", "amount")
+    list_display_links = ("reference",)
+    list_editable = ("amount",)
 
     @admin.action(description="Double the amounts")
     def double_amounts(self, request: HttpRequest, queryset: Any) -> None:
@@ -185,13 +222,16 @@ urlpatterns = [
     path("plain-admin/", plain_admin.urls),
     path("forms/charge/", charge_form),
     path("forms/upload/", upload),
+    path("forms/template-function/", charge_template),
     path("forms/done/<int:pk>/", done),
     path("forms/create/", ChargeCreate.as_view()),
     path("forms/racing/", RacingChargeCreate.as_view()),
+    path("forms/unique/", UniqueChargeCreate.as_view()),
     path("forms/update/<int:pk>/", ChargeUpdate.as_view()),
     path("forms/delete/<int:pk>/", ChargeDelete.as_view()),
     path("forms/formview/", ChargeFormView.as_view()),
     path("forms/plain/", plain_charge),
+    path("forms/plain-create/", PlainChargeCreate.as_view()),
     path("forms/exempt/", exempt_charge),
     path("forms/guest/", guest_checkout),
     path("forms/post-decorated/", PostDecorated.as_view()),

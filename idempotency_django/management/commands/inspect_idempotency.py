@@ -12,6 +12,7 @@ from idempotency_django import lookup
 from idempotency_django._protocol.keys import readable
 from idempotency_django._storage import seal
 from idempotency_django.databases import default_alias
+from idempotency_django.forms import session_tenant
 from idempotency_django.management.arguments import check_database
 
 
@@ -34,6 +35,12 @@ class Command(BaseCommand):
             help="Whose key it is, for a Django Ninja caller whose auth returned a string "
             "(an API key): that string, or - to read it from standard input.",
         )
+        whose.add_argument(
+            "--session",
+            metavar="SESSION_KEY",
+            help="Whose key it is, for an anonymous visitor's form post: their session key "
+            "(the value of their session cookie).",
+        )
         parser.add_argument("--scope", help="The scope of a call's or task's key.")
         parser.add_argument(
             "--database",
@@ -55,6 +62,8 @@ class Command(BaseCommand):
         using = database or default_alias()
         if options["credential"] is not None:
             tenant = credential_tenant(options["credential"], using)
+        if options["session"] is not None:
+            tenant = visitor_of(options["session"])
         if not key:
             raise CommandError("The key must not be empty.")
         try:
@@ -93,6 +102,17 @@ def credential_tenant(credential: str, using: str) -> str:
     return principal_tenant(credential, using)
 
 
+def visitor_of(session_key: str) -> str:
+    """The key space of an anonymous visitor's form posts, from their session."""
+    tenant = session_tenant(session_key)
+    if tenant is None:
+        raise CommandError(
+            "That session holds no form visitor: it is unknown or expired, or no page "
+            "with {% idempotency_key_field %} was shown in it."
+        )
+    return tenant
+
+
 def missing(tenant: str, key: str, using: str) -> str:
     text = f"No idempotency entry for key {readable(key)!r} of tenant {tenant!r} on {using!r}."
     if lookup.lock_held(tenant, key, using):
@@ -102,7 +122,8 @@ def missing(tenant: str, key: str, using: str) -> str:
         # The usual slip: the default tenant is the anonymous one, a signed-in caller's isn't.
         text += " Keys are per tenant: an authenticated caller's key is under --tenant "
         text += "(a user's primary key by default; the admin's list shows each entry's tenant) "
-        text += "or, for a Django Ninja API key, --credential."
+        text += "or, for a Django Ninja API key, --credential; an anonymous visitor's form "
+        text += "post is under --session (their session cookie's value)."
     return text
 
 
