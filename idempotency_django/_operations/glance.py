@@ -21,7 +21,7 @@ from idempotency_django.models import IdempotencyEntry
 CONSUMERS_APP = "idempotency_django.consumers"
 
 
-def _now() -> ExpressionWrapper[DateTimeField]:
+def _now() -> ExpressionWrapper[Now]:
     return ExpressionWrapper(Now(), output_field=DateTimeField())
 
 
