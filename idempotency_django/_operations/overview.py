@@ -93,7 +93,8 @@ def window(rows: QuerySet[IdempotencyEntry]) -> Window:
         if oldest is not None and oldest > timezone.now() - timedelta(days=1):
             found.reaches_back = oldest
     grouped = (
-        recent.annotate(bucket=TruncHour("created_at"))
+        recent.order_by()  # the admin's ordering would join the GROUP BY: a group per row
+        .annotate(bucket=TruncHour("created_at"))
         .values("status", "response_status", "bucket")
         .annotate(
             day=Count("pk"), hour=Count("pk", filter=Q(created_at__gte=_ago(timedelta(hours=1))))
