@@ -12,7 +12,7 @@ last 25 hours (ids growing with time, as claims insert them), expiring a day lat
 oldest hour's expired, waiting for the purge), 97% completed (200, 201), 3% failed for
 good (404, 422), the newest 100 in flight; 5,000 tenants. Then ``ANALYZE``. Each page is loaded ``--loads`` times, alternately, by a
 logged-in superuser through Django's test client: the median, the range, and the
-queries of one load.
+queries of one load (``BENCH_SHOW_QUERIES=1``: each query of the last loads, timed).
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def fill(rows: int) -> None:
         print(f"loaded {rows:,} rows in {time.monotonic() - started:.0f} s")
 
 
-def measure(path: str, loads: int) -> tuple[list[float], int]:
+def measure(path: str, show: bool = False) -> tuple[float, int]:
+    """One load of ``path`` by a logged-in superuser: its time and its queries."""
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -124,17 +125,13 @@ def measure(path: str, loads: int) -> tuple[list[float], int]:
     )
     client = Client()
     client.force_login(user)
-    times = []
-    for _ in range(loads):
+    with CaptureQueriesContext(connection) as queries:
         started = time.perf_counter()
         assert client.get(path).status_code == 200
-        times.append(time.perf_counter() - started)
-    with CaptureQueriesContext(connection) as queries:
-        client.get(path)
-    if os.environ.get("BENCH_SHOW_QUERIES"):
-        for query in queries:
-            print(f"  {float(query['time']) * 1000:8.1f} ms  {query['sql'][:300]}")
-    return times, len(queries)
+        took = time.perf_counter() - started
+    for query in queries if show else []:
+        print(f"  {float(query['time']) * 1000:8.1f} ms  {query['sql'][:140]}")
+    return took, len(queries)
 
 
 def main() -> None:
@@ -160,10 +157,11 @@ def main() -> None:
     }
     results: dict[str, list[float]] = {name: [] for name in pages}
     counts: dict[str, int] = {}
-    for _ in range(options.loads):  # alternately, so the machine's load weighs on both
+    for load in range(options.loads):  # alternately, so the machine's load weighs on both
         for name, path in pages.items():
-            times, counts[name] = measure(path, 1)
-            results[name] += times
+            show = load == options.loads - 1 and bool(os.environ.get("BENCH_SHOW_QUERIES"))
+            took, counts[name] = measure(path, show)
+            results[name].append(took)
     for name, times in results.items():
         ms = sorted(t * 1000 for t in times)
         print(

@@ -2,7 +2,7 @@
 of ten million entries: the keys in flight, the purge's lag, the consumers' failures.
 
 Shared by the Prometheus gauges (:mod:`idempotency_django.contrib.prometheus.collectors`)
-and the admin's overview (:mod:`idempotency_django.overview`). Ages are read on the
+and the admin's overview (:mod:`idempotency_django._operations.overview`). Ages are read on the
 database's clock, which also wrote the rows' times.
 """
 
