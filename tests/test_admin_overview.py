@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
-from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.db import connection
@@ -18,9 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import path, reverse
 from django.utils import timezone
 
-from idempotency_django._operations import overview
+from idempotency_django._operations import glance, overview
 from idempotency_django.consumers.models import ConsumerFailure
 from idempotency_django.models import IdempotencyEntry
+from idempotency_django.outbox import overview as outbox_overview
 from idempotency_django.outbox.models import OutboxMessage
 from tests.factories import IdempotencyEntryFactory
 
@@ -195,12 +194,15 @@ def test_the_overview_needs_a_staff_login() -> None:
 def test_without_the_outbox_and_consumers_apps_no_panels(
     admin_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    installed: Any = apps.is_installed
-    hidden = {"idempotency_django.outbox", "idempotency_django.consumers"}
-    monkeypatch.setattr(apps, "is_installed", lambda app: app not in hidden and installed(app))
+    monkeypatch.setattr(overview, "_panels", {})  # what the outbox app registers
+    monkeypatch.setattr(glance, "consumers_installed", lambda: False)
     html = page(admin_client)
     assert 'id="idem-outbox"' not in html
     assert 'id="idem-consumers"' not in html
+
+
+def test_the_outbox_app_registers_its_panel() -> None:
+    assert overview._panels["outbox"] is outbox_overview.panel
 
 
 def queries(client: Client) -> int:

@@ -19,13 +19,12 @@ consumers' only to a user whose admin may view those models.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
-from django.apps import apps
-from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, DateTimeField, ExpressionWrapper, Model, Q, QuerySet
 from django.db.models.functions import Now, TruncHour
@@ -38,6 +37,8 @@ from idempotency_django._operations import glance, progress
 from idempotency_django.models import IdempotencyEntry
 
 if TYPE_CHECKING:
+    from django.contrib.admin import AdminSite
+
     from idempotency_django.admin import IdempotencyEntryAdmin
 
 #: At most this many entries (the newest) are counted per page load.
@@ -134,7 +135,7 @@ def chart(per_hour: dict[datetime, dict[str, int]], now: datetime) -> list[Bar]:
     return bars
 
 
-def _model_admin(request: HttpRequest, site: admin.AdminSite, model: type[Model]) -> Any:
+def model_admin_for(request: HttpRequest, site: AdminSite, model: type[Model]) -> Any:
     """The site's admin for ``model`` if this user may view its list, else ``None``."""
     model_admin = site._registry.get(model)
     if model_admin is None or not model_admin.has_view_or_change_permission(request):
@@ -142,7 +143,7 @@ def _model_admin(request: HttpRequest, site: admin.AdminSite, model: type[Model]
     return model_admin
 
 
-def _changelist(model_admin: Any, query: str) -> str:
+def changelist_url(model_admin: Any, query: str) -> str:
     opts = model_admin.opts
     name = f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist"
     return f"{reverse(name)}?{query}"
@@ -154,38 +155,51 @@ def _change_page(model_admin: Any, pk: int, alias: str) -> str:
     return f"{reverse(name, args=[pk])}?{urlencode({'_changelist_filters': f'database={alias}'})}"
 
 
-def outbox_panel(request: HttpRequest, site: admin.AdminSite) -> dict[str, Any] | None:
-    if not apps.is_installed("idempotency_django.outbox"):
-        return None
-    from idempotency_django.admin import listed_alias
-    from idempotency_django.outbox import delivery
-    from idempotency_django.outbox.models import OutboxMessage
+@dataclass(frozen=True)
+class Panel:
+    """A panel of figures: each a label, a number, its unit and a link (or ``None``)."""
 
-    model_admin = _model_admin(request, site, OutboxMessage)
-    if model_admin is None:
-        return None
-    stats = delivery.stats(listed_alias(request, OutboxMessage))
-    return {
-        "stats": stats,
-        "pending_url": _changelist(model_admin, "state=pending"),
-        "dead_url": _changelist(model_admin, "state=dead"),
-    }
+    id: str
+    title: str
+    rows: list[tuple[str, float, str, str | None]]
 
 
-def consumers_panel(request: HttpRequest, site: admin.AdminSite) -> dict[str, Any] | None:
+PanelSource = Callable[[HttpRequest, "AdminSite"], Panel | None]
+_panels: dict[str, PanelSource] = {}
+
+
+def register_panel(name: str, source: PanelSource) -> None:
+    """Show ``source(request, site)`` on the overview (``None``: nothing for this user).
+
+    A feature app (the outbox) registers its panel from its ``AppConfig.ready()``: the
+    core imports no feature app. Registering ``name`` again replaces it.
+    """
+    _panels[name] = source
+
+
+def consumers_panel(request: HttpRequest, site: AdminSite) -> Panel | None:
     if not glance.consumers_installed():
         return None
     from idempotency_django.admin import listed_alias
     from idempotency_django.consumers.models import ConsumerFailure
 
-    model_admin = _model_admin(request, site, ConsumerFailure)
+    model_admin = model_admin_for(request, site, ConsumerFailure)
     if model_admin is None:
         return None
-    return {
-        "failures": glance.consumer_failures(listed_alias(request, ConsumerFailure)),
-        "failing_url": _changelist(model_admin, "state=failing"),
-        "dead_url": _changelist(model_admin, "state=dead"),
-    }
+    found = glance.consumer_failures(listed_alias(request, ConsumerFailure))
+    return Panel(
+        "consumers",
+        "Consumers",
+        [
+            ("failing", found.failing, "", changelist_url(model_admin, "state=failing")),
+            ("dead letters waiting", found.dead, "", changelist_url(model_admin, "state=dead")),
+        ],
+    )
+
+
+def panels(request: HttpRequest, site: AdminSite) -> list[Panel]:
+    sources = [consumers_panel, *_panels.values()]
+    return [panel for panel in (source(request, site) for source in sources) if panel]
 
 
 def entries_panel(model_admin: IdempotencyEntryAdmin, request: HttpRequest) -> dict[str, Any]:
@@ -217,8 +231,7 @@ def page(model_admin: IdempotencyEntryAdmin, request: HttpRequest) -> HttpRespon
         "title": "Idempotency overview",
         "opts": model_admin.opts,
         "entries": entries_panel(model_admin, request),
-        "outbox": outbox_panel(request, site),
-        "consumers": consumers_panel(request, site),
+        "panels": panels(request, site),
         "counted_at_most": COUNTED,
     }
     return TemplateResponse(request, TEMPLATE, context)
