@@ -45,9 +45,10 @@ class Command(BaseCommand):
             for alias in aliases:
                 counts = self._relay(alias, options)
                 where = f" ({alias})" if len(aliases) > 1 else ""
-                self.stdout.write(
-                    f"outbox{where}: {counts['sent']} sent, {counts['failed']} failed"
-                )
+                if options["verbosity"] > 0:  # -v 0: silent on success, as the purge is
+                    self.stdout.write(
+                        f"outbox{where}: {counts['sent']} sent, {counts['failed']} failed"
+                    )
             if options["every"] is None:
                 return
             time.sleep(options["every"])
