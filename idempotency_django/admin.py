@@ -17,6 +17,7 @@ from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -118,6 +119,17 @@ class IdempotencyEntryAdmin(EntryAdminBase):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IdempotencyEntry]:
         return super().get_queryset(request).using(listed_alias(request))
+
+    def get_urls(self) -> list[URLPattern]:
+        """``overview/``: the entries at a glance (``_operations/overview.py``); the
+        changelist links to it."""
+        from idempotency_django._operations import overview
+
+        def view(request: HttpRequest) -> HttpResponse:
+            return overview.page(self, request)
+
+        name = f"{self.opts.app_label}_{self.opts.model_name}_overview"
+        return [path("overview/", self.admin_site.admin_view(view), name=name), *super().get_urls()]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None and self.has_body_permission(request):

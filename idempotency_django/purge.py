@@ -10,6 +10,7 @@ committed, when its entry is final and no longer matches.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,11 +22,13 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import signals
+from idempotency_django._operations import progress
 from idempotency_django._storage.store import mysql, sql
 from idempotency_django.databases import default_alias
 
 logger = logging.getLogger("idempotency_django")
 DEFAULT_BATCH_SIZE = 1000
+BatchHook = Callable[[int], None]  # called after each batch with its rows
 
 
 @dataclass(frozen=True)
@@ -54,17 +57,19 @@ def purge(
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     now: datetime | None = None,
+    on_batch: BatchHook | None = None,
 ) -> PurgeResult:
     """Delete expired entries, then abandoned in-progress ones; return the counts.
 
     ``using`` defaults to ``IDEMPOTENCY_DATABASE``; each batch of at most
     ``batch_size`` rows is one short statement. ``dry_run`` counts instead.
+    ``on_batch(rows)`` is called after each batch (deleted, or counted).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     conn = connections[using or default_alias()]
     started = time.monotonic()
-    run = _count if dry_run else _delete
+    run = functools.partial(_count if dry_run else _delete, on_batch=on_batch or _nothing)
     result = PurgeResult(
         expired=run(conn, _expired(conn, now), batch_size),
         abandoned=run(conn, _abandoned(conn, now), batch_size),
@@ -74,6 +79,21 @@ def purge(
         _run_steps(conn.alias, batch_size)
     _report(conn.alias, result, time.monotonic() - started)
     return result
+
+
+def estimate(using: str | None = None) -> int | None:
+    """About how many entries a purge would delete now, without counting a big table
+    (:func:`idempotency_django._operations.progress.estimate`); ``None`` when unknown."""
+    conn = connections[using or default_alias()]
+    found = [
+        progress.estimate(conn.alias, f"SELECT 1 FROM {sql.table(conn)} WHERE {s.where}", s.params)
+        for s in (_expired(conn, None), _abandoned(conn, None))
+    ]
+    return None if None in found else sum(n for n in found if n is not None)
+
+
+def _nothing(rows: int) -> None:
+    pass
 
 
 # A feature app's own cleanup, run after the entries' by every purge but a dry run:
@@ -168,11 +188,14 @@ def _abandoned(conn: BaseDatabaseWrapper, now: datetime | None) -> _Selection:
     return _Selection(where, [*params, *params], _q(conn, "locked_until"))
 
 
-def _delete(conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int) -> int:
+def _delete(
+    conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int, on_batch: BatchHook
+) -> int:
     total, frontier = 0, None
     while True:
         deleted, frontier = _delete_batch(conn, _from(selection, frontier), batch_size)
         total += deleted
+        on_batch(deleted)
         if deleted < batch_size:
             return total
 
@@ -216,11 +239,14 @@ def _delete_batch(conn: BaseDatabaseWrapper, selection: _Selection, limit: int) 
         return int(deleted), frontier
 
 
-def _count(conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int) -> int:
+def _count(
+    conn: BaseDatabaseWrapper, selection: _Selection, batch_size: int, on_batch: BatchHook
+) -> int:
     total, after = 0, 0
     while True:
         ids = _count_batch(conn, selection, after, batch_size)
         total += len(ids)
+        on_batch(len(ids))
         if len(ids) < batch_size:
             return total
         after = ids[-1]

@@ -15,9 +15,12 @@ class OutboxConfig(AppConfig):
         from django.apps import apps
 
         from idempotency_django import purge
+        from idempotency_django._operations import overview
         from idempotency_django.outbox import checks  # noqa: F401  (registers them)
+        from idempotency_django.outbox.overview import panel
 
         purge.register_step("sent outbox rows", _purge_sent)
+        overview.register_panel("outbox", panel)
 
         if apps.is_installed("idempotency_django.contrib.prometheus"):
             from idempotency_django.outbox import prometheus

@@ -101,11 +101,13 @@ def relay(
     batch_size: int = DEFAULT_BATCH_SIZE,
     publisher: Publisher | None = None,
     ignore_schedule: bool = False,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
     """Publish due pending rows in batches, each at most once per run; returns the counts.
 
     ``ignore_schedule`` also takes rows still within the fast path's grace period
-    (tests, and a relay run by hand after a crash).
+    (tests, and a relay run by hand after a crash). ``on_batch(rows)`` is called after
+    each batch's transaction has committed, with the rows it tried.
     """
     alias = using or default_alias()
     counts = {"sent": 0, "failed": 0}
@@ -118,6 +120,8 @@ def relay(
         )
         counts["sent"] += sent
         counts["failed"] += failed
+        if on_batch is not None:
+            on_batch(sent + failed)
         if sent + failed < batch_size:
             return counts
 
@@ -127,9 +131,7 @@ def _relay_batch(
 ) -> tuple[int, int]:
     sent = failed = 0
     with transaction.atomic(using=using):
-        due = _locked(using).exclude(pk__in=tried)
-        if not ignore_schedule:
-            due = due.filter(next_attempt_at__lte=Now())
+        due = _due(_locked(using), ignore_schedule).exclude(pk__in=tried)
         for row in due.order_by("next_attempt_at", "pk")[:batch_size]:
             if _deliver(row, using, publisher, how="relay"):
                 sent += 1
@@ -137,6 +139,16 @@ def _relay_batch(
                 failed += 1
                 tried.append(row.pk)
     return sent, failed
+
+
+def due(using: str, ignore_schedule: bool = False) -> Any:
+    """The rows a relay run would take (unlocked: for counting)."""
+    pending = OutboxMessage.objects.using(using).filter(sent_at__isnull=True, dead_at__isnull=True)
+    return _due(pending, ignore_schedule)
+
+
+def _due(rows: Any, ignore_schedule: bool) -> Any:
+    return rows if ignore_schedule else rows.filter(next_attempt_at__lte=Now())
 
 
 def _locked(using: str) -> Any:

@@ -9,6 +9,7 @@ class PrometheusConfig(AppConfig):
     verbose_name = "Idempotency: Prometheus metrics"
 
     def ready(self) -> None:
-        from idempotency_django.contrib.prometheus import metrics
+        from idempotency_django.contrib.prometheus import collectors, metrics
 
         metrics.connect()
+        collectors.register()

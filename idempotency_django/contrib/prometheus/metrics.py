@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from idempotency_django import signals
 from idempotency_django.contrib.receivers import SignalReceivers
 
 #: Claims take a round trip or two: from half a millisecond up.
@@ -25,6 +26,7 @@ REQUEST_BUCKETS: Final = (
 RECLAIM_WAYS: Final = ("takeover", "purge", "admin")
 PURGED_KINDS: Final = ("expired", "abandoned")
 CACHE_OPERATIONS: Final = ("get", "set")
+DEAD_LETTER_SOURCES: Final = ("consumer", "outbox", "task")
 PROTOCOLS: Final = ("lock", "lease")
 
 
@@ -72,6 +74,11 @@ class Metrics(SignalReceivers):
         self.cache_errors = counter(
             "idempotency_cache_errors", "Replay-cache operations that failed.", "operation"
         )
+        self.dead_letters = counter(
+            "idempotency_dead_letters",
+            "Messages, outbox rows and tasks given up on (dead-lettered), by source.",
+            "source",
+        )
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         self._bind_known()
 
@@ -86,6 +93,8 @@ class Metrics(SignalReceivers):
             self._child(self.purged, kind)
         for operation in CACHE_OPERATIONS:
             self._child(self.cache_errors, operation)
+        for source in DEAD_LETTER_SOURCES:
+            self._child(self.dead_letters, source)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (metric, labels)
@@ -120,6 +129,12 @@ class Metrics(SignalReceivers):
 
     def on_cache_failed(self, sender: object, **fields: Any) -> None:
         self._child(self.cache_errors, str(fields.get("operation"))).inc()
+
+    def on_dead_lettered(self, sender: object, **fields: Any) -> None:
+        self._child(self.dead_letters, str(sender)).inc()
+
+    def _receivers(self) -> list[tuple[Any, Any]]:
+        return [*super()._receivers(), (signals.dead_lettered, self.on_dead_lettered)]
 
 
 @functools.cache

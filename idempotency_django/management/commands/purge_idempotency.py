@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from idempotency_django._operations import progress
 from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
-from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, purge
+from idempotency_django.purge import DEFAULT_BATCH_SIZE, PurgeResult, estimate, purge
 
 
 class Command(BaseCommand):
@@ -37,9 +39,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size, database = options["batch_size"], options["database"]
         check_batch_and_database(batch_size, database)
+        verbosity = options["verbosity"]
         for alias in chosen_or_every(database):
-            result = purge(using=alias, batch_size=batch_size, dry_run=options["dry_run"])
-            if options["verbosity"] > 0:  # -v 0: silent on success, for cron
+            total = functools.partial(estimate, alias)
+            with progress.watched(self.stdout, f"purge of {alias!r}", verbosity, total) as shown:
+                result = purge(
+                    using=alias,
+                    batch_size=batch_size,
+                    dry_run=options["dry_run"],
+                    on_batch=shown.batch,
+                )
+            if verbosity > 0:  # -v 0: silent on success, for cron
                 self.stdout.write(summary(result, alias))
 
 

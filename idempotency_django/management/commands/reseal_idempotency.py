@@ -14,12 +14,15 @@ meanwhile is left as it is. ``--new-key`` prints a fresh key for the setting.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from idempotency_django._operations import progress
 from idempotency_django._storage import seal
 from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
@@ -59,15 +62,27 @@ class Command(BaseCommand):
         batch_size, database = options["batch_size"], options["database"]
         check_batch_and_database(batch_size, database)
         for alias in chosen_or_every(database):
-            done = reseal(alias, batch_size)
+            # The whole table's estimate: the few entries in flight are skipped, not counted.
+            entries = IdempotencyEntry.objects.using(alias)
+            total = functools.partial(progress.estimate_queryset, entries)
+            what = f"reseal of {alias!r}"
+            with progress.watched(self.stdout, what, options["verbosity"], total) as shown:
+                done = reseal(alias, batch_size, on_batch=shown.batch)
             self.stdout.write(
                 f"{alias!r}: {done.resealed} resealed, {done.current} already under the newest "
                 f"key, {done.unreadable} unreadable (left until they expire)."
             )
 
 
-def reseal(using: str, batch_size: int = DEFAULT_BATCH_SIZE) -> Resealed:
-    """Re-seal the finished entries on ``using``; counts what was done."""
+def reseal(
+    using: str,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_batch: Callable[[int], None] = lambda rows: None,
+) -> Resealed:
+    """Re-seal the finished entries on ``using``; counts what was done.
+
+    ``on_batch(rows)`` is called after each batch's transaction has committed.
+    """
     done, after = Resealed(), 0
     finished = IdempotencyEntry.objects.using(using).exclude(
         status=IdempotencyEntry.Status.IN_PROGRESS
@@ -79,6 +94,7 @@ def reseal(using: str, batch_size: int = DEFAULT_BATCH_SIZE) -> Resealed:
         with transaction.atomic(using=using):
             for entry in batch:
                 _reseal_one(using, entry, done)
+        on_batch(len(batch))
         after = batch[-1].pk
 
 

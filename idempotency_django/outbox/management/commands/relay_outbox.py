@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from idempotency_django._operations import progress
 from idempotency_django.databases import chosen_or_every
 from idempotency_django.management.arguments import check_batch_and_database
 from idempotency_django.outbox import delivery
@@ -41,13 +43,24 @@ class Command(BaseCommand):
         while True:
             aliases = chosen_or_every(options["database"], OutboxMessage)
             for alias in aliases:
-                counts = delivery.relay(
-                    using=alias, batch_size=options["batch_size"], ignore_schedule=options["now"]
-                )
+                counts = self._relay(alias, options)
                 where = f" ({alias})" if len(aliases) > 1 else ""
-                self.stdout.write(
-                    f"outbox{where}: {counts['sent']} sent, {counts['failed']} failed"
-                )
+                if options["verbosity"] > 0:  # -v 0: silent on success, as the purge is
+                    self.stdout.write(
+                        f"outbox{where}: {counts['sent']} sent, {counts['failed']} failed"
+                    )
             if options["every"] is None:
                 return
             time.sleep(options["every"])
+
+    def _relay(self, alias: str, options: dict[str, Any]) -> dict[str, int]:
+        now = options["now"]
+        total = functools.partial(progress.estimate_queryset, delivery.due(alias, now))
+        what = f"relay of {alias!r}"
+        with progress.watched(self.stdout, what, options["verbosity"], total) as shown:
+            return delivery.relay(
+                using=alias,
+                batch_size=options["batch_size"],
+                ignore_schedule=now,
+                on_batch=shown.batch,
+            )
