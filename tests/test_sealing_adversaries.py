@@ -232,7 +232,8 @@ def test_reseal_takes_a_0_4_3_answer_out_of_a_backup_readers_reach(client: Clien
     entry.refresh_from_db()
     with override_settings(**ATTACKER):
         assert seal.answer_of("default", entry) == answer  # the residual risk, documented
-    call_command("reseal_idempotency", stdout=io.StringIO())
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True):  # replays believe it: so may reseal
+        call_command("reseal_idempotency", stdout=io.StringIO())
     entry.refresh_from_db()
     with override_settings(**ATTACKER), pytest.raises(seal.Unreadable):
         seal.answer_of("default", entry)
@@ -303,9 +304,30 @@ def test_the_upgrade_window_believes_a_table_writers_legacy_answer(
 
 
 @pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
-def test_reseal_moves_a_legacy_answer_to_version_2_with_the_window_closed(
+def test_reseal_never_launders_a_legacy_answer_planted_before_it(
     client: Client, plant: Any
 ) -> None:
+    """0.5's reseal opened legacy rows whatever the setting and sealed a table writer's
+    plant as a genuine answer: it opens what a replay opens, nothing more."""
+    key = new_key()
+    assert post(client, "/decline/", key).status_code == 402
+    plant(key)
+    out = io.StringIO()
+    call_command("reseal_idempotency", stdout=out)  # the key-rotation runbook's routine
+    assert "0 resealed" in out.getvalue()
+    assert "1 unreadable" in out.getvalue()
+    response = post(client, "/decline/", key)
+    assert unreadable(response)
+    assert PAID not in response.content
+    assert charges(key) == 1
+
+
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)
+@pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
+def test_reseal_moves_a_legacy_answer_to_the_current_seal_in_the_upgrade_window(
+    client: Client, plant: Any
+) -> None:
+    """In the window a replay believes it, and so does reseal: after it the window may close."""
     key = new_key()
     assert post(client, "/decline/", key).status_code == 402
     plant(key)  # as 0.4 or 0.3 left it, before the upgrade
@@ -314,7 +336,8 @@ def test_reseal_moves_a_legacy_answer_to_version_2_with_the_window_closed(
     assert "1 resealed" in out.getvalue()
     entry = IdempotencyEntry.objects.get(key=key)
     assert bytes(entry.response_body or b"")[:1] == seal.VERSION
-    response = post(client, "/decline/", key)
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=False):
+        response = post(client, "/decline/", key)
     assert (response.status_code, response.content) == (201, PAID)
     assert response["Idempotent-Replayed"] == "true"
 

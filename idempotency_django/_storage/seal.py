@@ -24,8 +24,8 @@ Version 1 (0.4): associated data (tenant, key) only, and the default key derived
 from the server secret persisted in the database, so anyone who can write the
 table can forge one. A replay opens such a blob only while the operator's
 ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` is on (an upgrade window); otherwise it answers
-answer-unreadable. ``reseal_idempotency`` always opens them, to move them to
-version 2. Never sealed again.
+answer-unreadable. ``reseal_idempotency`` opens exactly what a replay opens
+(:func:`believed`): them too under that setting only. Never sealed again.
 
 The key id is the first four bytes of a hash of the key, so that rotation knows
 which configured key opens a blob without trying each, and can say that a blob's
@@ -33,7 +33,7 @@ key is no longer configured.
 
 A row written by 0.3 (headers as a JSON list, body in clear) proves nothing: a
 replay reads it only under the same setting (answer-unreadable otherwise), and
-``reseal_idempotency`` always seals it. The decision never comes from the
+so does ``reseal_idempotency`` (which would otherwise launder a planted one). The decision never comes from the
 database: a table writer chooses the row's form, not whether it is believed. A sealed
 row's ``response_headers`` holds :data:`ROW_MARKER` (a JSON object, never a list),
 which is how a reader tells the two apart.
@@ -66,7 +66,7 @@ KEY_BYTES = 32
 ROW_MARKER: dict[str, int] = {"sealed": 1}
 ROW_MARKER_JSON = json.dumps(ROW_MARKER)
 LEGACY_CLOSED = (
-    "opened only by reseal_idempotency or under IDEMPOTENCY_OPEN_LEGACY_ROWS "
+    "opened (by replays and reseal_idempotency alike) only under IDEMPOTENCY_OPEN_LEGACY_ROWS "
     "(its key, or its absence of one, is within a table writer's reach)"
 )
 _ID, _NONCE, _TAG = 4, 12, 16
@@ -274,19 +274,27 @@ def opened(
     return StoredResponse(sealed.status, pairs, data[end:], sealed.reason, sealed=reused)
 
 
-def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
-    """The answer to replay from a row; 500 problem when unreadable.
+def believed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
+    """What a replay opens of a row's answer; raises :class:`Unreadable` for what it refuses.
 
-    0.4's blobs and 0.3's plain rows only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS``: a
-    setting, so that no value a table writer controls decides what is believed.
+    The one decision: :func:`replayable` answers with it and :func:`resealed` re-seals
+    only what it opens, so that ``reseal_idempotency`` never makes openable a row that a
+    replay refuses. 0.4's blobs and 0.3's plain rows only under
+    ``IDEMPOTENCY_OPEN_LEGACY_ROWS``: a setting, so that no value a table writer controls
+    decides what is believed.
     """
     legacy = conf.OPEN_LEGACY_ROWS
+    if isinstance(found, StoredResponse):
+        if not legacy:
+            raise Unreadable(f"stored in clear by 0.3, {LEGACY_CLOSED}")
+        return found
+    return opened(using, tenant, key, found, legacy=legacy)
+
+
+def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
+    """The answer to replay from a row (:func:`believed`); 500 problem when unreadable."""
     try:
-        if isinstance(found, StoredResponse):
-            if not legacy:
-                raise Unreadable(f"stored in clear by 0.3, {LEGACY_CLOSED}")
-            return found
-        return opened(using, tenant, key, found, legacy=legacy)
+        return believed(using, tenant, key, found)
     except Unreadable as exc:
         logger.error(
             "idempotency: the stored answer of a key could not be opened (%s; key id %s, "
@@ -353,16 +361,15 @@ def is_sealed_row(headers: Any) -> bool:
 def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> bytes | None:
     """``found`` sealed under the newest key, or ``None`` when it already is.
 
-    0.4's and 0.3's rows are opened whatever ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` says:
-    an operator runs this to take them out of the table. Raises :class:`Unreadable`
-    for a blob no configured key opens.
+    Only what a replay opens (:func:`believed`, whatever reads it: replay and reseal
+    never disagree), so 0.4's and 0.3's rows only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS``.
+    Raises :class:`Unreadable` for a row a replay refuses: it is left as it is.
     """
     current = ring(using)
-    if isinstance(found, Sealed):
-        if found.blob[:1] == VERSION and found.blob[1 : 1 + _ID] == current.newest:
-            return None
-        found = opened(using, tenant, key, found, legacy=True)
-    return current.seal(plain(found), bound(using, tenant, key, found.status, found.reason))
+    if isinstance(found, Sealed) and found.blob[: 1 + _ID] == VERSION + current.newest:
+        return None
+    answer = believed(using, tenant, key, found)
+    return current.seal(plain(answer), bound(using, tenant, key, answer.status, answer.reason))
 
 
 __all__ = [
@@ -370,6 +377,7 @@ __all__ = [
     "Ring",
     "Sealed",
     "Unreadable",
+    "believed",
     "decode_key",
     "new_key",
     "opened",
