@@ -185,6 +185,35 @@ def test_with_idempotency_secret_set_it_is_the_root_and_secret_key_is_not(
         seal.answer_of("default", entry)
 
 
+def test_moving_from_secret_key_to_idempotency_secret_keeps_answers_with_a_fallback(
+    client: Client,
+) -> None:
+    """The old ``SECRET_KEY`` named in ``IDEMPOTENCY_SECRET_FALLBACKS`` still opens (0.5:
+    nothing could name it, every answer was unreadable until its TTL); reseal moves them."""
+    key, own = new_key(), {"IDEMPOTENCY_SECRET": "an own secret of 32 characters or more"}
+    with override_settings(**OLD):
+        first = post(client, "/mint/", key)
+    moved = {**OLD, **own, "IDEMPOTENCY_SECRET_FALLBACKS": [OLD["SECRET_KEY"]]}
+    with override_settings(**moved):
+        assert post(client, "/mint/", key).content == first.content
+        call_command("reseal_idempotency", stdout=io.StringIO())
+    with override_settings(**OLD, **own):  # the fallback gone: resealed under the new root
+        assert post(client, "/mint/", key).content == first.content
+    assert charges(key) == 1
+
+
+def test_moving_to_idempotency_secret_without_a_fallback_leaves_answers_unreadable(
+    client: Client,
+) -> None:
+    """What the fallback is for: never a re-run, an ``answer-unreadable`` until the TTL."""
+    key, own = new_key(), {"IDEMPOTENCY_SECRET": "an own secret of 32 characters or more"}
+    with override_settings(**OLD):
+        post(client, "/mint/", key)
+    with override_settings(**OLD, **own):
+        assert unreadable(post(client, "/mint/", key))
+    assert charges(key) == 1
+
+
 # 0.4.3's seal, as it was: its key derived from the persisted secret row.
 def sealed_as_0_4_3(tenant: str, key: str, answer: StoredResponse) -> bytes:
     derived = hmac.new(secret.server_secret("default"), b"idempotency_django.seal", "sha256")

@@ -12,10 +12,11 @@ import psycopg
 import pytest
 from celery import Celery
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import Client, override_settings
 
 from idempotency_django import signals
-from idempotency_django._operations.checks import check_secret
+from idempotency_django._operations.checks import check_secret, check_secret_fallbacks
 from idempotency_django._storage import secret
 from idempotency_django._storage.secret import lock_id, server_secret
 from idempotency_django.celery import idempotent_task
@@ -103,6 +104,20 @@ def test_idempotency_secret_check() -> None:
     for bad in ("short", 12, ""):
         (error,) = check_secret(bad)
         assert error.id == "idempotency_django.E020"
+
+
+@pytest.mark.django_db  # Django 6.1's check command also checks the database.
+def test_idempotency_secret_fallbacks_check() -> None:
+    assert check_secret_fallbacks([]) == []
+    assert check_secret_fallbacks(("an old SECRET_KEY",)) == []
+    for bad in ("a string, not a list", [""], [12], None):
+        (error,) = check_secret_fallbacks(bad)
+        assert error.id == "idempotency_django.E021"
+    with (
+        override_settings(IDEMPOTENCY_SECRET_FALLBACKS="x"),
+        pytest.raises(SystemCheckError, match="E021"),
+    ):
+        call_command("check")
 
 
 def test_a_bad_idempotency_secret_fails_manage_check() -> None:

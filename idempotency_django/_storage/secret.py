@@ -45,7 +45,9 @@ _cache: dict[str, bytes] = {}
 _CACHE = "\x00cache"  # no database alias is spelt so
 _IDENTITY = "\x00identity "  # + alias
 _SECRET_ROW, _IDENTITY_ROW = "secret", "identity"
-_WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
+_WATCHED = frozenset(
+    {"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET", "IDEMPOTENCY_SECRET_FALLBACKS"}
+)
 
 
 def server_secret(using: str | None = None) -> bytes:
@@ -114,16 +116,19 @@ def cache_secret() -> bytes:
 def settings_roots() -> list[bytes]:
     """Roots of keys no database holds, newest first: ``IDEMPOTENCY_SECRET``'s, else
     ``SECRET_KEY``'s then each of ``SECRET_KEY_FALLBACKS``' (so that a rotation keeps
-    what the old key sealed readable while it is a fallback).
+    what the old key sealed readable while it is a fallback); then each of
+    ``IDEMPOTENCY_SECRET_FALLBACKS``' (the strings that were the root before: moving
+    from ``SECRET_KEY`` to ``IDEMPOTENCY_SECRET`` lists the old ``SECRET_KEY`` there).
 
     An HMAC keyed by the setting itself, never ``sha256(seed + setting)``: that is
     what the persisted secret row holds (:func:`seed_from_settings`).
     """
     configured = conf.SECRET
     if configured is not None:
-        return [_root(force_bytes(configured))]
-    fallbacks = getattr(settings, "SECRET_KEY_FALLBACKS", ())
-    return [_root(force_bytes(key)) for key in (settings.SECRET_KEY, *fallbacks)]
+        sources = [configured]
+    else:
+        sources = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    return [_root(force_bytes(source)) for source in (*sources, *conf.SECRET_FALLBACKS)]
 
 
 @functools.lru_cache(maxsize=16)
