@@ -10,12 +10,14 @@ it was. A reseal that decided for itself what to open would launder a planted ro
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import Client, override_settings
@@ -90,6 +92,16 @@ def in_another_database(key: str, answer: StoredResponse) -> Columns:
         return {"response_body": blob_of("", key, answer)}
 
 
+def sealed_0_5(key: str, answer: StoredResponse, row_identity: bytes | None = None) -> Columns:
+    """0.5's seal (version 2): bound to the database's identity row alone."""
+    cipher, nonce = seal.decode_key(NEWEST), os.urandom(12)
+    identity = secret.row_identity("default") if row_identity is None else row_identity
+    with mock.patch.object(secret, "row_identity", return_value=identity):
+        aad = seal.bound("default", "", key, answer.status, answer.reason, seal.VERSION_0_5)
+    sealed = AESGCM(cipher).encrypt(nonce, seal.plain(answer), aad)
+    return {"response_body": seal.VERSION_0_5 + seal.key_id(cipher) + nonce + sealed}
+
+
 def flipped(blob: bytes) -> bytes:
     return blob[:-1] + bytes([blob[-1] ^ 1])
 
@@ -140,6 +152,12 @@ SHAPES = [
         in_the_window,
         planted=True,
     ),
+    Shape("0.5's seal", lambda entry, answer: sealed_0_5(entry.key, answer), in_the_window),
+    Shape(
+        "0.5's seal from another database",
+        lambda entry, answer: sealed_0_5(entry.key, answer, b"another row"),
+        never,
+    ),
     Shape(
         "a tampered body",
         lambda entry, answer: {"response_body": flipped(bytes(entry.response_body or b""))},
@@ -158,7 +176,7 @@ SHAPES = [
         never,
     ),
     Shape(
-        "moved from another database",
+        "moved from another database (bound to another identity)",
         lambda entry, answer: in_another_database(entry.key, answer),
         never,
     ),

@@ -185,15 +185,15 @@ def test_two_servers_with_different_lock_ids_still_commit_once(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_database_identity_is_random_and_persisted_once() -> None:
-    identity = secret.database_identity("default")
+    identity = secret.row_identity("default")
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
     with override_settings(SECRET_KEY="rotated", SECRET_KEY_FALLBACKS=[]):
-        assert secret.database_identity("default") == identity  # not a function of settings
+        assert secret.row_identity("default") == identity  # not a function of settings
         call_command("migrate", verbosity=0)
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
     IdempotencyDatabase.objects.all().delete()  # another database, created on its own
     secret._cache.clear()
-    other = secret.database_identity("default")
+    other = secret.row_identity("default")
     assert other != identity
     assert len(other) == 16
     IdempotencyDatabase.objects.filter(pk=1).update(identity=identity.hex())
@@ -204,7 +204,7 @@ def test_the_database_identity_is_random_and_persisted_once() -> None:
 def test_a_flushed_test_database_gets_this_processs_identity_back() -> None:
     """A flush sends post_migrate: the identity this process (and any server started
     on the same database) already uses is written back, not a new one drawn."""
-    identity = secret.database_identity("default")
+    identity = secret.row_identity("default")
     IdempotencyDatabase.objects.all().delete()
     secret.on_post_migrate("default")
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
