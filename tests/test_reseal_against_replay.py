@@ -227,3 +227,17 @@ def test_reseal_makes_openable_exactly_what_replay_opens(shape: Shape, window: b
     else:
         assert (PAID in before[3]) == shape.planted
     assert charges(key) == 1  # a refused row never runs the view again
+
+
+def test_upgrading_from_0_5_reseal_in_the_window_binds_its_answers_to_the_server() -> None:
+    """docs/security.rst, "Upgrading from 0.5": the window on, reseal; then the window off."""
+    client, key = Client(raise_request_exception=False), new_key()
+    first = post(client, "/pay/", key)
+    entry = IdempotencyEntry.objects.get(key=key)
+    IdempotencyEntry.objects.filter(pk=entry.pk).update(**sealed_0_5(key, stored_answer(entry)))
+    assert replayed(client, key) == UNREADABLE  # 0.5's, the window closed
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True):
+        call_command("reseal_idempotency", stdout=io.StringIO())
+    assert bytes(IdempotencyEntry.objects.get(key=key).response_body or b"")[:1] == seal.VERSION
+    assert replayed(client, key)[3] == first.content
+    assert charges(key) == 1
