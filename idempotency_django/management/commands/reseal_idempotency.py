@@ -2,11 +2,12 @@
 
 Run after putting a new key first in ``IDEMPOTENCY_ENCRYPTION_KEYS`` (the old one
 still listed), then drop the old key: every finished entry a replay opens is then
-sealed under the newest. Run it once after upgrading from 0.4 too, with
-``IDEMPOTENCY_OPEN_LEGACY_ROWS`` on: 0.4's seal (its default key rooted in the
-database itself, its status and reason outside the seal) is then gone from the
-table, and from every backup taken afterwards.
-It opens exactly what a replay opens (``seal.believed``): 0.4's and 0.3's rows
+sealed under the newest. Run it once after upgrading from 0.5 or 0.4 too, with
+``IDEMPOTENCY_OPEN_LEGACY_ROWS`` on: 0.5's seal (bound to the identity row alone) and
+0.4's (its default key rooted in the database itself, its status and reason outside
+the seal) are then gone from the table, and from every backup taken afterwards.
+
+It opens exactly what a replay opens (``seal.believed``): 0.5's, 0.4's and 0.3's rows
 only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` (run it in that window to make them
 current, replayable once the setting is off again), and a row a replay refuses is
 left as it is, never made openable. Each batch is its own short transaction, and each
