@@ -164,6 +164,20 @@ SHAPES = [
         never,
     ),
     Shape("an edited status", lambda entry, answer: {"response_status": 200}, never),
+    Shape(
+        "the sealed marker edited into 0.3's form (the blob read as a clear body)",
+        lambda entry, answer: {"response_headers": [["Content-Type", "application/json"]]},
+        in_the_window,
+    ),
+    # The headers column only tells 0.3's form from a seal: anything else is read as
+    # sealed, and the body (sealed, authenticated) decides.
+    Shape("headers that are neither form", lambda entry, answer: {"response_headers": "x"}, always),
+    Shape("headers that are not pairs", lambda entry, answer: {"response_headers": [7]}, always),
+    Shape(
+        "neither form over a clear body",
+        lambda entry, answer: {"response_headers": [7], "response_body": PAID},
+        never,
+    ),
     Shape("an edited reason", lambda entry, answer: {"response_reason": "OK"}, never),
     Shape(
         "moved from another key",

@@ -321,13 +321,24 @@ def row_columns(using: str, tenant: str, key: str, response: StoredResponse) -> 
 
 
 def from_row(status: int, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
-    """A finished row's answer: :class:`Sealed`, or a 0.3 row's plain answer."""
-    if isinstance(headers, str | bytes):
-        headers = json.loads(headers)
-    if isinstance(headers, dict):
+    """A finished row's answer: a 0.3 row's plain answer when its headers are 0.3's JSON
+    list of pairs, else :class:`Sealed`. The headers column is not authenticated: what
+    a table writer puts there is at most a blob that does not open, never an error."""
+    pairs = _pairs(headers)
+    if pairs is None:
         return Sealed(status, reason, bytes(body or b""))
-    pairs = [(str(name), str(value)) for name, value in headers]
     return StoredResponse(status, pairs, bytes(body or b""), reason)
+
+
+def _pairs(headers: Any) -> list[tuple[str, str]] | None:
+    try:
+        if isinstance(headers, str | bytes):
+            headers = json.loads(headers)
+        if isinstance(headers, list):
+            return [(str(name), str(value)) for name, value in headers]
+    except (ValueError, TypeError):
+        pass
+    return None
 
 
 class Row(Protocol):
@@ -359,9 +370,8 @@ def answer_of(using: str, row: Row) -> StoredResponse | None:
 
 
 def is_sealed_row(headers: Any) -> bool:
-    if isinstance(headers, str | bytes):
-        headers = json.loads(headers)
-    return isinstance(headers, dict)
+    """Whether :func:`from_row` reads a row with these headers as sealed."""
+    return _pairs(headers) is None
 
 
 def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> bytes | None:
