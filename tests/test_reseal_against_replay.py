@@ -180,6 +180,15 @@ SHAPES = [
     ),
     Shape("an edited reason", lambda entry, answer: {"response_reason": "OK"}, never),
     Shape(
+        "a finished row without a status", lambda entry, answer: {"response_status": None}, never
+    ),
+    Shape("a status no response carries", lambda entry, answer: {"response_status": 700}, never),
+    Shape(
+        "0.3's clear form under a status no response carries",
+        lambda entry, answer: {**clear_row(answer), "response_status": 700},
+        never,
+    ),
+    Shape(
         "moved from another key",
         lambda entry, answer: {"response_body": blob_of("", new_key(), answer)},
         never,

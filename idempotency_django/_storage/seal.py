@@ -320,10 +320,13 @@ def row_columns(using: str, tenant: str, key: str, response: StoredResponse) -> 
     return ROW_MARKER_JSON, seal(using, tenant, key, response).blob
 
 
-def from_row(status: int, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
+def from_row(status: int | None, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
     """A finished row's answer: a 0.3 row's plain answer when its headers are 0.3's JSON
-    list of pairs, else :class:`Sealed`. The headers column is not authenticated: what
-    a table writer puts there is at most a blob that does not open, never an error."""
+    list of pairs, else :class:`Sealed`. What a table writer puts in the columns is at
+    most an answer that does not open, never an error: a status no response can carry
+    (or none) is a seal that nothing opens."""
+    if status is None or not 100 <= status <= 599:
+        return Sealed(0, reason, b"")
     pairs = _pairs(headers)
     if pairs is None:
         return Sealed(status, reason, bytes(body or b""))

@@ -86,7 +86,6 @@ def reseal(using: str, batch_size: int = DEFAULT_BATCH_SIZE) -> Resealed:
 
 
 def _reseal_one(using: str, entry: IdempotencyEntry, done: Resealed) -> None:
-    assert entry.response_status is not None
     found = seal.from_row(
         entry.response_status, entry.response_reason, entry.response_headers, entry.response_body
     )
