@@ -100,6 +100,7 @@ def main() -> None:
     from idempotency_django._storage import secret
 
     secret._cache[secret._IDENTITY + "default"] = os.urandom(16)
+    secret._cache[secret._SERVER + "default"] = b'["sqlite", ""]'
     cases = seal_cases()
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):

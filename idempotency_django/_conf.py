@@ -115,6 +115,11 @@ class Settings:
         return None if value is None else str(value)
 
     @property
+    def SECRET_FALLBACKS(self) -> list[str]:
+        """Earlier roots of the seal, newest first: opening only (``secret.settings_roots``)."""
+        return [str(value) for value in getattr(settings, "IDEMPOTENCY_SECRET_FALLBACKS", ())]
+
+    @property
     def ERROR_FORMAT(self) -> str:
         return str(getattr(settings, "IDEMPOTENCY_DRF_ERROR_FORMAT", "problem"))
 

@@ -9,6 +9,7 @@ entry and the business writes commit in one transaction.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -116,6 +117,33 @@ _NEEDS_REQUEST = (
     "(a task, a command, a call outside a protected view): name the database explicitly "
     "(database=..., using=..., --database ...)."
 )
+
+
+# What the database server itself knows a database by (docs/security.rst, "The entries
+# database's identity"); every value read on the caller's connection, changing nothing.
+_SERVER_IDENTITY = {
+    # The database's OID (a TEMPLATE clone, a dump restored as another database: another
+    # one) and the cluster's system identifier (initdb's: another cluster has another, a
+    # physical replica the same). pg_control_system() is PUBLIC's to execute by default.
+    "postgresql": (
+        "SELECT d.oid::text, s.system_identifier::text FROM pg_catalog.pg_database d, "
+        "pg_catalog.pg_control_system() s WHERE d.datname = pg_catalog.current_database()"
+    ),
+    # No OID there, and @@server_uuid / @@server_uid name the server (a replica has its
+    # own, a failover would change it): the database's name.
+    "mysql": "SELECT DATABASE()",
+    # The main database's file as SQLite opened it ('' in memory).
+    "sqlite": "SELECT file FROM pragma_database_list WHERE name = 'main'",
+}
+
+
+def server_identity(alias: str) -> bytes:
+    """What the server of ``alias`` knows its database by (read anew on each call)."""
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        cursor.execute(_SERVER_IDENTITY[connection.vendor])
+        row = cursor.fetchone()
+    return json.dumps([connection.vendor, *map(str, row)]).encode()
 
 
 def possible_aliases(model: type[models.Model] | None = None) -> list[str]:

@@ -78,12 +78,14 @@ class IdempotencySecret(models.Model):
 
 
 class IdempotencyDatabase(models.Model):
-    """This entries database's identity: random, not secret, written once, never changed.
+    """Half of this entries database's identity: random, not secret, written once.
 
-    Bound into every stored answer's seal and the replay cache's names, so that a row
-    copied into another database (another customer's, another deployment's) does not
+    The other half is what the database's server knows it by (``secret.database_identity``):
+    a ``TEMPLATE`` clone or a restored dump carries this row, and a table writer can copy
+    it, never the server's half. Together they are bound into every stored answer's seal
+    and the replay cache's names, so that a row copied into another database does not
     open there, and two deployments sharing ``SECRET_KEY`` and a Redis never share a
-    cached answer. A dump restored whole keeps it, so a restored backup still opens.
+    cached answer.
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True)

@@ -29,7 +29,7 @@ def test_the_flush_empties_the_tests_tables_and_keeps_the_registry() -> None:
     IdempotencyEntryFactory()
     user = User.objects.create(username="flushed")
     user.user_permissions.add(Permission.objects.earliest("pk"))
-    identity = secret.database_identity("default")
+    identity = secret.row_identity("default")
 
     flush.keep_the_registry(_Case())
 

@@ -185,6 +185,35 @@ def test_with_idempotency_secret_set_it_is_the_root_and_secret_key_is_not(
         seal.answer_of("default", entry)
 
 
+def test_moving_from_secret_key_to_idempotency_secret_keeps_answers_with_a_fallback(
+    client: Client,
+) -> None:
+    """The old ``SECRET_KEY`` named in ``IDEMPOTENCY_SECRET_FALLBACKS`` still opens (0.5:
+    nothing could name it, every answer was unreadable until its TTL); reseal moves them."""
+    key, own = new_key(), {"IDEMPOTENCY_SECRET": "an own secret of 32 characters or more"}
+    with override_settings(**OLD):
+        first = post(client, "/mint/", key)
+    moved = {**OLD, **own, "IDEMPOTENCY_SECRET_FALLBACKS": [OLD["SECRET_KEY"]]}
+    with override_settings(**moved):
+        assert post(client, "/mint/", key).content == first.content
+        call_command("reseal_idempotency", stdout=io.StringIO())
+    with override_settings(**OLD, **own):  # the fallback gone: resealed under the new root
+        assert post(client, "/mint/", key).content == first.content
+    assert charges(key) == 1
+
+
+def test_moving_to_idempotency_secret_without_a_fallback_leaves_answers_unreadable(
+    client: Client,
+) -> None:
+    """What the fallback is for: never a re-run, an ``answer-unreadable`` until the TTL."""
+    key, own = new_key(), {"IDEMPOTENCY_SECRET": "an own secret of 32 characters or more"}
+    with override_settings(**OLD):
+        post(client, "/mint/", key)
+    with override_settings(**OLD, **own):
+        assert unreadable(post(client, "/mint/", key))
+    assert charges(key) == 1
+
+
 # 0.4.3's seal, as it was: its key derived from the persisted secret row.
 def sealed_as_0_4_3(tenant: str, key: str, answer: StoredResponse) -> bytes:
     derived = hmac.new(secret.server_secret("default"), b"idempotency_django.seal", "sha256")
@@ -232,7 +261,8 @@ def test_reseal_takes_a_0_4_3_answer_out_of_a_backup_readers_reach(client: Clien
     entry.refresh_from_db()
     with override_settings(**ATTACKER):
         assert seal.answer_of("default", entry) == answer  # the residual risk, documented
-    call_command("reseal_idempotency", stdout=io.StringIO())
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True):  # replays believe it: so may reseal
+        call_command("reseal_idempotency", stdout=io.StringIO())
     entry.refresh_from_db()
     with override_settings(**ATTACKER), pytest.raises(seal.Unreadable):
         seal.answer_of("default", entry)
@@ -303,9 +333,30 @@ def test_the_upgrade_window_believes_a_table_writers_legacy_answer(
 
 
 @pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
-def test_reseal_moves_a_legacy_answer_to_version_2_with_the_window_closed(
+def test_reseal_never_launders_a_legacy_answer_planted_before_it(
     client: Client, plant: Any
 ) -> None:
+    """0.5's reseal opened legacy rows whatever the setting and sealed a table writer's
+    plant as a genuine answer: it opens what a replay opens, nothing more."""
+    key = new_key()
+    assert post(client, "/decline/", key).status_code == 402
+    plant(key)
+    out = io.StringIO()
+    call_command("reseal_idempotency", stdout=out)  # the key-rotation runbook's routine
+    assert "0 resealed" in out.getvalue()
+    assert "1 unreadable" in out.getvalue()
+    response = post(client, "/decline/", key)
+    assert unreadable(response)
+    assert PAID not in response.content
+    assert charges(key) == 1
+
+
+@override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=True)
+@pytest.mark.parametrize("plant", [forge_as_0_4, plant_as_0_3])
+def test_reseal_moves_a_legacy_answer_to_the_current_seal_in_the_upgrade_window(
+    client: Client, plant: Any
+) -> None:
+    """In the window a replay believes it, and so does reseal: after it the window may close."""
     key = new_key()
     assert post(client, "/decline/", key).status_code == 402
     plant(key)  # as 0.4 or 0.3 left it, before the upgrade
@@ -314,7 +365,8 @@ def test_reseal_moves_a_legacy_answer_to_version_2_with_the_window_closed(
     assert "1 resealed" in out.getvalue()
     entry = IdempotencyEntry.objects.get(key=key)
     assert bytes(entry.response_body or b"")[:1] == seal.VERSION
-    response = post(client, "/decline/", key)
+    with override_settings(IDEMPOTENCY_OPEN_LEGACY_ROWS=False):
+        response = post(client, "/decline/", key)
     assert (response.status_code, response.content) == (201, PAID)
     assert response["Idempotent-Replayed"] == "true"
 

@@ -12,10 +12,11 @@ import psycopg
 import pytest
 from celery import Celery
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import Client, override_settings
 
 from idempotency_django import signals
-from idempotency_django._operations.checks import check_secret
+from idempotency_django._operations.checks import check_secret, check_secret_fallbacks
 from idempotency_django._storage import secret
 from idempotency_django._storage.secret import lock_id, server_secret
 from idempotency_django.celery import idempotent_task
@@ -105,6 +106,20 @@ def test_idempotency_secret_check() -> None:
         assert error.id == "idempotency_django.E020"
 
 
+@pytest.mark.django_db  # Django 6.1's check command also checks the database.
+def test_idempotency_secret_fallbacks_check() -> None:
+    assert check_secret_fallbacks([]) == []
+    assert check_secret_fallbacks(("an old SECRET_KEY",)) == []
+    for bad in ("a string, not a list", [""], [12], None):
+        (error,) = check_secret_fallbacks(bad)
+        assert error.id == "idempotency_django.E021"
+    with (
+        override_settings(IDEMPOTENCY_SECRET_FALLBACKS="x"),
+        pytest.raises(SystemCheckError, match="E021"),
+    ):
+        call_command("check")
+
+
 def test_a_bad_idempotency_secret_fails_manage_check() -> None:
     from django.core.management.base import SystemCheckError
 
@@ -170,15 +185,15 @@ def test_two_servers_with_different_lock_ids_still_commit_once(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_database_identity_is_random_and_persisted_once() -> None:
-    identity = secret.database_identity("default")
+    identity = secret.row_identity("default")
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
     with override_settings(SECRET_KEY="rotated", SECRET_KEY_FALLBACKS=[]):
-        assert secret.database_identity("default") == identity  # not a function of settings
+        assert secret.row_identity("default") == identity  # not a function of settings
         call_command("migrate", verbosity=0)
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity
     IdempotencyDatabase.objects.all().delete()  # another database, created on its own
     secret._cache.clear()
-    other = secret.database_identity("default")
+    other = secret.row_identity("default")
     assert other != identity
     assert len(other) == 16
     IdempotencyDatabase.objects.filter(pk=1).update(identity=identity.hex())
@@ -189,7 +204,7 @@ def test_the_database_identity_is_random_and_persisted_once() -> None:
 def test_a_flushed_test_database_gets_this_processs_identity_back() -> None:
     """A flush sends post_migrate: the identity this process (and any server started
     on the same database) already uses is written back, not a new one drawn."""
-    identity = secret.database_identity("default")
+    identity = secret.row_identity("default")
     IdempotencyDatabase.objects.all().delete()
     secret.on_post_migrate("default")
     assert bytes.fromhex(IdempotencyDatabase.objects.get().identity) == identity

@@ -303,6 +303,17 @@ def check_secret(value: Any) -> list[CheckMessage]:
     )
 
 
+def check_secret_fallbacks(value: Any) -> list[CheckMessage]:
+    if isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value):
+        return []
+    return _error(
+        "E021",
+        f"IDEMPOTENCY_SECRET_FALLBACKS must be a list of non-empty str, got {value!r}.",
+        "Newest first, the strings that were IDEMPOTENCY_SECRET (or SECRET_KEY) before: "
+        "stored answers sealed under them still open until reseal_idempotency has run.",
+    )
+
+
 def check_encryption_keys(value: Any) -> list[CheckMessage]:
     from idempotency_django._storage.seal import DERIVED, decode_key
 
@@ -545,6 +556,7 @@ _SINGLE: Sequence[tuple[str, Callable[[Any], list[CheckMessage]]]] = (
     ("IDEMPOTENCY_WAIT", check_wait),
     ("IDEMPOTENCY_IDLE_TIMEOUT", check_idle_timeout),
     ("IDEMPOTENCY_SECRET", check_secret),
+    ("IDEMPOTENCY_SECRET_FALLBACKS", check_secret_fallbacks),
     ("IDEMPOTENCY_PREPARED_STATEMENTS", check_prepared_statements),
     ("IDEMPOTENCY_ENCRYPTION_KEYS", check_encryption_keys),
     ("IDEMPOTENCY_MAX_STORED_BYTES", check_max_stored_bytes),

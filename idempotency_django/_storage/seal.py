@@ -12,29 +12,32 @@ The key hierarchy (docs/security.rst, "Key hierarchy"): the default key
 alone (``IDEMPOTENCY_SECRET``, else ``SECRET_KEY``; ``SECRET_KEY_FALLBACKS``' keys
 still open), never from anything a database holds.
 
-The associated data of version 2 is (tenant, key, status, reason, the database's
+The associated data of version 3 is (tenant, key, status, reason, the database's
 identity), each length-prefixed or fixed-size: a blob copied onto another key's row,
 into another database, or under an edited status code does not open. The database
 alias is deliberately not part of it: an alias is a name in one deployment's
 settings, and renaming it must not make every stored answer unreadable; the
-identity is a random value persisted in the database itself (a whole dump restored
-keeps it).
+identity is what the database's server knows it by (its OID and cluster on
+PostgreSQL: a template clone or a dump restored as another database has its own),
+bound with a random row persisted in it (``secret.database_identity``).
 
-Version 1 (0.4): associated data (tenant, key) only, and the default key derived
-from the server secret persisted in the database, so anyone who can write the
-table can forge one. A replay opens such a blob only while the operator's
-``IDEMPOTENCY_OPEN_LEGACY_ROWS`` is on (an upgrade window); otherwise it answers
-answer-unreadable. ``reseal_idempotency`` always opens them, to move them to
-version 2. Never sealed again.
+Version 2 (0.5): the same, but the identity was the row alone, which a clone carries
+and a table writer can copy with the answer. Version 1 (0.4): associated data
+(tenant, key) only, and the default key derived from the server secret persisted in
+the database, so anyone who can write the table can forge one. A replay opens either
+only while the operator's ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` is on (an upgrade window);
+otherwise it answers answer-unreadable. ``reseal_idempotency`` opens exactly what a
+replay opens (:func:`believed`): them too under that setting only. Never sealed again.
 
 The key id is the first four bytes of a hash of the key, so that rotation knows
 which configured key opens a blob without trying each, and can say that a blob's
 key is no longer configured.
 
 A row written by 0.3 (headers as a JSON list, body in clear) proves nothing: a
-replay reads it only under the same setting (answer-unreadable otherwise), and
-``reseal_idempotency`` always seals it. The decision never comes from the
-database: a table writer chooses the row's form, not whether it is believed. A sealed
+replay reads it only under the same setting (answer-unreadable otherwise), and so
+does ``reseal_idempotency`` (which would otherwise launder a planted one). The
+decision never comes from the database: a table writer chooses the row's form, not
+whether it is believed. A sealed
 row's ``response_headers`` holds :data:`ROW_MARKER` (a JSON object, never a list),
 which is how a reader tells the two apart.
 """
@@ -59,14 +62,19 @@ from idempotency_django.exceptions import AnswerTooLarge, AnswerUnreadable
 
 logger = logging.getLogger("idempotency_django")
 
-VERSION = b"\x02"
-VERSION_0_4 = b"\x01"  # opened, never sealed: see the module's docstring
+VERSION = b"\x03"
+VERSION_0_5 = b"\x02"  # opened, never sealed: see the module's docstring
+VERSION_0_4 = b"\x01"  # the same
+_LEGACY = {
+    VERSION_0_5: "sealed by 0.5 (bound to the identity row alone)",
+    VERSION_0_4: "sealed by 0.4",
+}
 DERIVED = "server-secret"  # in IDEMPOTENCY_ENCRYPTION_KEYS: the key derived from settings
 KEY_BYTES = 32
 ROW_MARKER: dict[str, int] = {"sealed": 1}
 ROW_MARKER_JSON = json.dumps(ROW_MARKER)
 LEGACY_CLOSED = (
-    "opened only by reseal_idempotency or under IDEMPOTENCY_OPEN_LEGACY_ROWS "
+    "opened (by replays and reseal_idempotency alike) only under IDEMPOTENCY_OPEN_LEGACY_ROWS "
     "(its key, or its absence of one, is within a table writer's reach)"
 )
 _ID, _NONCE, _TAG = 4, 12, 16
@@ -137,15 +145,15 @@ class Ring:
     def open(self, blob: bytes, aad: Callable[[bytes], bytes], *, legacy: bool = False) -> bytes:
         """``blob`` opened; ``aad(version)`` gives the associated data its version bound.
 
-        ``legacy``: 0.4's blobs open too (the caller's decision, never the database's).
+        ``legacy``: 0.5's and 0.4's blobs open too (the caller's decision, not the database's).
         """
         from cryptography.exceptions import InvalidTag
 
         version = blob[:1]
-        if version not in (VERSION, VERSION_0_4) or len(blob) < _HEAD + _TAG:
+        if (version != VERSION and version not in _LEGACY) or len(blob) < _HEAD + _TAG:
             raise Unreadable("not a sealed answer")
-        if version == VERSION_0_4 and not legacy:
-            raise Unreadable(f"sealed by 0.4, {LEGACY_CLOSED}", blob[1 : 1 + _ID].hex())
+        if version in _LEGACY and not legacy:
+            raise Unreadable(f"{_LEGACY[version]}, {LEGACY_CLOSED}", blob[1 : 1 + _ID].hex())
         kid = blob[1 : 1 + _ID]
         cipher = self.ciphers.get(kid)
         if cipher is None and version == VERSION_0_4:
@@ -212,18 +220,16 @@ def associated(tenant: str, key: str) -> bytes:
     return _prefixed(tenant) + key.encode("utf-8", "surrogatepass")
 
 
-def bound(using: str, tenant: str, key: str, status: int, reason: str) -> bytes:
-    """Version 2's: (tenant, key, status, reason, the database's identity)."""
-    from idempotency_django._storage.secret import database_identity
+def bound(
+    using: str, tenant: str, key: str, status: int, reason: str, version: bytes = VERSION
+) -> bytes:
+    """Version 3's: (tenant, key, status, reason, the database's identity); version 2's
+    the same with 0.5's identity, the row's alone."""
+    from idempotency_django._storage.secret import database_identity, row_identity
 
+    identity = database_identity(using) if version == VERSION else row_identity(using)
     return b"".join(
-        (
-            _prefixed(tenant),
-            _prefixed(key),
-            _STATUS.pack(status),
-            _prefixed(reason),
-            database_identity(using),
-        )
+        (_prefixed(tenant), _prefixed(key), _STATUS.pack(status), _prefixed(reason), identity)
     )
 
 
@@ -236,7 +242,7 @@ def _aad(using: str, tenant: str, key: str, status: int, reason: str) -> Callabl
     def of(version: bytes) -> bytes:
         if version == VERSION_0_4:
             return associated(tenant, key)
-        return bound(using, tenant, key, status, reason)
+        return bound(using, tenant, key, status, reason, version)
 
     return of
 
@@ -261,7 +267,7 @@ def opened(
 ) -> StoredResponse:
     """The answer in ``sealed``; raises :class:`Unreadable` when it does not open.
 
-    ``legacy``: a 0.4 blob opens too (:data:`LEGACY_CLOSED` otherwise).
+    ``legacy``: a 0.5 or 0.4 blob opens too (:data:`LEGACY_CLOSED` otherwise).
     """
     aad = _aad(using, tenant, key, sealed.status, sealed.reason)
     data = ring(using).open(sealed.blob, aad, legacy=legacy)
@@ -269,24 +275,32 @@ def opened(
     end = _LENGTH.size + length
     headers = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
     pairs = [(str(name), str(value)) for name, value in headers]
-    # Only a version-2 blob is reused by the replay cache (which opens nothing older).
+    # Only a current blob is reused by the replay cache (which opens nothing older).
     reused = sealed.blob if sealed.blob[:1] == VERSION else b""
     return StoredResponse(sealed.status, pairs, data[end:], sealed.reason, sealed=reused)
 
 
-def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
-    """The answer to replay from a row; 500 problem when unreadable.
+def believed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
+    """What a replay opens of a row's answer; raises :class:`Unreadable` for what it refuses.
 
-    0.4's blobs and 0.3's plain rows only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS``: a
-    setting, so that no value a table writer controls decides what is believed.
+    The one decision: :func:`replayable` answers with it and :func:`resealed` re-seals
+    only what it opens, so that ``reseal_idempotency`` never makes openable a row that a
+    replay refuses. 0.5's and 0.4's blobs and 0.3's plain rows only under
+    ``IDEMPOTENCY_OPEN_LEGACY_ROWS``: a setting, so that no value a table writer controls
+    decides what is believed.
     """
     legacy = conf.OPEN_LEGACY_ROWS
+    if isinstance(found, StoredResponse):
+        if not legacy:
+            raise Unreadable(f"stored in clear by 0.3, {LEGACY_CLOSED}")
+        return found
+    return opened(using, tenant, key, found, legacy=legacy)
+
+
+def replayable(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> StoredResponse:
+    """The answer to replay from a row (:func:`believed`); 500 problem when unreadable."""
     try:
-        if isinstance(found, StoredResponse):
-            if not legacy:
-                raise Unreadable(f"stored in clear by 0.3, {LEGACY_CLOSED}")
-            return found
-        return opened(using, tenant, key, found, legacy=legacy)
+        return believed(using, tenant, key, found)
     except Unreadable as exc:
         logger.error(
             "idempotency: the stored answer of a key could not be opened (%s; key id %s, "
@@ -306,14 +320,28 @@ def row_columns(using: str, tenant: str, key: str, response: StoredResponse) -> 
     return ROW_MARKER_JSON, seal(using, tenant, key, response).blob
 
 
-def from_row(status: int, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
-    """A finished row's answer: :class:`Sealed`, or a 0.3 row's plain answer."""
-    if isinstance(headers, str | bytes):
-        headers = json.loads(headers)
-    if isinstance(headers, dict):
+def from_row(status: int | None, reason: str, headers: Any, body: Any) -> StoredResponse | Sealed:
+    """A finished row's answer: a 0.3 row's plain answer when its headers are 0.3's JSON
+    list of pairs, else :class:`Sealed`. What a table writer puts in the columns is at
+    most an answer that does not open, never an error: a status no response can carry
+    (or none) is a seal that nothing opens."""
+    if status is None or not 100 <= status <= 599:
+        return Sealed(0, reason, b"")
+    pairs = _pairs(headers)
+    if pairs is None:
         return Sealed(status, reason, bytes(body or b""))
-    pairs = [(str(name), str(value)) for name, value in headers]
     return StoredResponse(status, pairs, bytes(body or b""), reason)
+
+
+def _pairs(headers: Any) -> list[tuple[str, str]] | None:
+    try:
+        if isinstance(headers, str | bytes):
+            headers = json.loads(headers)
+        if isinstance(headers, list):
+            return [(str(name), str(value)) for name, value in headers]
+    except (ValueError, TypeError):
+        pass
+    return None
 
 
 class Row(Protocol):
@@ -331,8 +359,8 @@ def answer_of(using: str, row: Row) -> StoredResponse | None:
     """A finished entry's answer, opened (``None`` in progress); raises :class:`Unreadable`.
 
     For an operator's look (the admin, ``inspect_idempotency``), which replays
-    nothing: 0.4's and 0.3's rows open whatever the setting, so that the operator
-    sees what a forger planted.
+    nothing: 0.5's, 0.4's and 0.3's rows open whatever the setting, so that the
+    operator sees what a forger planted.
     """
     if row.response_status is None:
         return None
@@ -345,24 +373,22 @@ def answer_of(using: str, row: Row) -> StoredResponse | None:
 
 
 def is_sealed_row(headers: Any) -> bool:
-    if isinstance(headers, str | bytes):
-        headers = json.loads(headers)
-    return isinstance(headers, dict)
+    """Whether :func:`from_row` reads a row with these headers as sealed."""
+    return _pairs(headers) is None
 
 
 def resealed(using: str, tenant: str, key: str, found: StoredResponse | Sealed) -> bytes | None:
     """``found`` sealed under the newest key, or ``None`` when it already is.
 
-    0.4's and 0.3's rows are opened whatever ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` says:
-    an operator runs this to take them out of the table. Raises :class:`Unreadable`
-    for a blob no configured key opens.
+    Only what a replay opens (:func:`believed`: replay and reseal never disagree), so
+    0.5's, 0.4's and 0.3's rows only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS``.
+    Raises :class:`Unreadable` for a row a replay refuses: it is left as it is.
     """
     current = ring(using)
-    if isinstance(found, Sealed):
-        if found.blob[:1] == VERSION and found.blob[1 : 1 + _ID] == current.newest:
-            return None
-        found = opened(using, tenant, key, found, legacy=True)
-    return current.seal(plain(found), bound(using, tenant, key, found.status, found.reason))
+    if isinstance(found, Sealed) and found.blob[: 1 + _ID] == VERSION + current.newest:
+        return None
+    answer = believed(using, tenant, key, found)
+    return current.seal(plain(answer), bound(using, tenant, key, answer.status, answer.reason))
 
 
 __all__ = [
@@ -370,6 +396,7 @@ __all__ = [
     "Ring",
     "Sealed",
     "Unreadable",
+    "believed",
     "decode_key",
     "new_key",
     "opened",

@@ -17,8 +17,10 @@ Two more values live here, for the stored answers' seal (see :mod:`.seal`):
 - :func:`settings_roots`: the default sealing key's roots, from settings alone
   (``IDEMPOTENCY_SECRET``, else ``SECRET_KEY`` and its fallbacks), never from a
   database: a backup, a replica or a dump holds no key that opens its answers;
-- :func:`database_identity`: a random, non-secret value persisted once per entries
-  database, so that a row copied into another database does not open there.
+- :func:`database_identity`: what the entries database's server knows it by (its OID
+  and cluster on PostgreSQL), bound with a random, non-secret value persisted once in
+  it, so that a row copied into another database (a clone's included) does not open
+  there.
 """
 
 from __future__ import annotations
@@ -37,15 +39,18 @@ from django.dispatch import receiver
 from django.utils.encoding import force_bytes
 
 from idempotency_django._conf import conf
-from idempotency_django.databases import default_alias
+from idempotency_django.databases import default_alias, server_identity
 
 _SEED = b"idempotency_django.derive"
 _ROW = 1
 _cache: dict[str, bytes] = {}
 _CACHE = "\x00cache"  # no database alias is spelt so
 _IDENTITY = "\x00identity "  # + alias
+_SERVER = "\x00server "  # + alias
 _SECRET_ROW, _IDENTITY_ROW = "secret", "identity"
-_WATCHED = frozenset({"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET"})
+_WATCHED = frozenset(
+    {"SECRET_KEY", "SECRET_KEY_FALLBACKS", "IDEMPOTENCY_SECRET", "IDEMPOTENCY_SECRET_FALLBACKS"}
+)
 
 
 def server_secret(using: str | None = None) -> bytes:
@@ -114,16 +119,19 @@ def cache_secret() -> bytes:
 def settings_roots() -> list[bytes]:
     """Roots of keys no database holds, newest first: ``IDEMPOTENCY_SECRET``'s, else
     ``SECRET_KEY``'s then each of ``SECRET_KEY_FALLBACKS``' (so that a rotation keeps
-    what the old key sealed readable while it is a fallback).
+    what the old key sealed readable while it is a fallback); then each of
+    ``IDEMPOTENCY_SECRET_FALLBACKS``' (the strings that were the root before: moving
+    from ``SECRET_KEY`` to ``IDEMPOTENCY_SECRET`` lists the old ``SECRET_KEY`` there).
 
     An HMAC keyed by the setting itself, never ``sha256(seed + setting)``: that is
     what the persisted secret row holds (:func:`seed_from_settings`).
     """
     configured = conf.SECRET
     if configured is not None:
-        return [_root(force_bytes(configured))]
-    fallbacks = getattr(settings, "SECRET_KEY_FALLBACKS", ())
-    return [_root(force_bytes(key)) for key in (settings.SECRET_KEY, *fallbacks)]
+        sources = [configured]
+    else:
+        sources = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    return [_root(force_bytes(source)) for source in (*sources, *conf.SECRET_FALLBACKS)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -132,7 +140,30 @@ def _root(source: bytes) -> bytes:
 
 
 def database_identity(using: str) -> bytes:
-    """The entries database ``using``'s identity: 16 random bytes, persisted once there."""
+    """The entries database ``using``'s identity: what its server knows it by
+    (:func:`~idempotency_django.databases.server_identity`), bound with its row.
+
+    The server's part is asked, never stored: a ``CREATE DATABASE … TEMPLATE`` clone
+    or a dump restored as another database carries the row, not the server's part, and
+    a table writer can copy the row with an answer, not the server's part. The row
+    keeps two databases the server can't tell apart (SQLite files at one path on two
+    machines, MySQL databases of one name on two servers) apart, unless one is a copy.
+    """
+    row = row_identity(using)
+    server = _cache.get(_SERVER + using)
+    if server is None:
+        server = _cache[_SERVER + using] = server_identity(using)
+    return _bound_identity(server, row)
+
+
+@functools.lru_cache(maxsize=16)
+def _bound_identity(server: bytes, row: bytes) -> bytes:
+    return hmac.new(row, b"idempotency_django.identity" + server, hashlib.sha256).digest()
+
+
+def row_identity(using: str) -> bytes:
+    """The identity row's 16 random bytes, persisted once in the entries database
+    ``using``: 0.5's whole identity (its seals, version 2, are bound to it alone)."""
     found = _cache.get(_IDENTITY + using)
     if found is None:
         found = _load(using, _IDENTITY_ROW)
@@ -260,6 +291,7 @@ __all__ = [
     "database_identity",
     "derive_key",
     "lock_id",
+    "row_identity",
     "seed_from_settings",
     "server_secret",
     "settings_roots",

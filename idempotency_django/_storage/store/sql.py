@@ -179,7 +179,7 @@ def existing(row: tuple[Any, ...]) -> Existing:
     fingerprint, status, code, reason, headers, body, dead, remaining = row
     response = None
     if status != IN_PROGRESS:
-        response = seal.from_row(int(code), reason or "", headers, body)
+        response = seal.from_row(code, reason or "", headers, body)
     return Existing(str(fingerprint), response, bool(dead), float(remaining))
 
 

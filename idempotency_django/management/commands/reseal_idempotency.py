@@ -1,13 +1,16 @@
 """``manage.py reseal_idempotency``: stored answers re-sealed under the newest key.
 
 Run after putting a new key first in ``IDEMPOTENCY_ENCRYPTION_KEYS`` (the old one
-still listed), then drop the old key: every finished entry, 0.3's plain ones too,
-is then sealed under the newest. Run it once after upgrading from 0.4 too: 0.4's
-seal (its default key rooted in the database itself, its status and reason outside
-the seal) is then gone from the table, and from every backup taken afterwards.
-0.4's and 0.3's rows are opened here whatever ``IDEMPOTENCY_OPEN_LEGACY_ROWS``
-says (replays open them only under it): this command is how they become version 2
-and replayable again with the setting off. Each batch is its own short transaction, and each
+still listed), then drop the old key: every finished entry a replay opens is then
+sealed under the newest. Run it once after upgrading from 0.5 or 0.4 too, with
+``IDEMPOTENCY_OPEN_LEGACY_ROWS`` on: 0.5's seal (bound to the identity row alone) and
+0.4's (its default key rooted in the database itself, its status and reason outside
+the seal) are then gone from the table, and from every backup taken afterwards.
+
+It opens exactly what a replay opens (``seal.believed``): 0.5's, 0.4's and 0.3's rows
+only under ``IDEMPOTENCY_OPEN_LEGACY_ROWS`` (run it in that window to make them
+current, replayable once the setting is off again), and a row a replay refuses is
+left as it is, never made openable. Each batch is its own short transaction, and each
 write is fenced on the entry's owner token, so that an entry taken over or purged
 meanwhile is left as it is. ``--new-key`` prints a fresh key for the setting.
 """
@@ -41,7 +44,7 @@ class Resealed:
 class Command(BaseCommand):
     help = (
         "Re-seal every stored idempotency answer under the newest key of "
-        "IDEMPOTENCY_ENCRYPTION_KEYS (0.4's and 0.3's too), in short batches."
+        "IDEMPOTENCY_ENCRYPTION_KEYS (what a replay opens, and only that), in short batches."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -99,7 +102,6 @@ def reseal(
 
 
 def _reseal_one(using: str, entry: IdempotencyEntry, done: Resealed) -> None:
-    assert entry.response_status is not None
     found = seal.from_row(
         entry.response_status, entry.response_reason, entry.response_headers, entry.response_body
     )
