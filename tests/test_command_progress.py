@@ -47,8 +47,14 @@ def expired(count: int) -> None:
 
 
 def plain(count: int) -> None:
-    """Finished entries stored in the clear (0.3's rows): each one reseal seals."""
+    """Finished entries stored in the clear (0.3's rows): each one reseal seals in the
+    upgrade window (``IDEMPOTENCY_OPEN_LEGACY_ROWS``, on for this module)."""
     IdempotencyEntryFactory.create_batch(count, response_body=b"0.3 plain")
+
+
+@pytest.fixture(autouse=True)
+def upgrade_window(settings: Any) -> None:
+    settings.IDEMPOTENCY_OPEN_LEGACY_ROWS = True
 
 
 def pending(count: int) -> None:
