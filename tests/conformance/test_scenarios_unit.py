@@ -594,3 +594,15 @@ def test_a_timeout_is_its_own_verdict_with_the_transports_words() -> None:
     assert result.verdict == scenarios.TIMEOUT
     assert result.evidence[-2] == "no answer within --timeout 1 s"
     assert as_json("http://x/", [result])["passed"] is False
+
+
+@pytest.mark.parametrize(
+    "other", [Answer(500, JSON, b'{"error": "boom"}'), Answer(201, JSON, b"{}")]
+)
+def test_another_caller_answered_neither_a_creation_nor_a_refusal_fails(other: Answer) -> None:
+    endpoint = Endpoint(lambda first, n: stamped(first))
+    opts = Options(executions=lambda: endpoint.effects)
+    [result] = scenarios.run_scenarios(TwoCallers(endpoint, other), opts, only=["other-caller"])
+    assert result.verdict == FAIL, result
+    assert "the other caller's request did not create" in result.evidence[-2]
+    assert "--key-format" not in result.evidence[-2]  # a key of this format already created
