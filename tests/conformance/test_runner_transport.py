@@ -66,6 +66,7 @@ def test_a_request_after_a_500_that_dropped_the_connection_goes_on_a_new_one(how
     assert crashed.status == 500
     assert after.status == 201, after.show()  # 0 ("no answer") on the dead connection before
     assert json.loads(after.body) == {"id": 1, "amount": 1}
+    assert after.note.startswith("on a new connection, the first dropped: "), after.note
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
