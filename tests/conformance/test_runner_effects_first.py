@@ -25,12 +25,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def judge(toy: Toy, scenario: str, **options: Any) -> Result:
+def judge(toy: Toy, scenario: str, *, counter: bool = True, **options: Any) -> Result:
+    """``scenario``'s result on ``toy``, with its count URL (or its ids alone)."""
     with serving(toy) as url:
         transport = HttpTransport(f"{url}/charges/", {"Authorization": "alice"})
         try:
-            counted = Options(executions=lambda: transport.count(f"{url}/count/"), **options)
-            [result] = run_scenarios(transport, counted, only=[scenario])
+            count = lambda: transport.count(f"{url}/count/")  # noqa: E731
+            opts = Options(executions=count if counter else None, **options)
+            [result] = run_scenarios(transport, opts, only=[scenario])
         finally:
             transport.close()
     return result
@@ -67,6 +69,12 @@ def test_a_run_hidden_behind_a_replayed_refusal_fails_with_the_effect_counted(
     )
     assert made == expected + 1, result
     assert "something ran that no answer shows" in result.evidence[-2]
+
+
+def test_without_a_counter_the_ids_show_the_run_hidden_behind_a_replayed_refusal() -> None:
+    result = judge(RunsThenReplays(), "final-4xx-replayed", counter=False, profile="draft")
+    assert result.verdict == FAIL, result  # "not run" before
+    assert "the refused requests: the ids jumped from 1 to 3" in result.evidence[-2], result
 
 
 def test_a_stored_refusal_replayed_and_then_another_body_run_under_its_key_fails() -> None:

@@ -55,21 +55,25 @@ def test_a_final_4xx_judged_without_hooks() -> None:
 
     assert run("final-4xx-replayed", throttles).verdict == NOT_RUN
 
+    refused: set[object] = set()  # the keys sent with [] (the valid body then gets 422)
+
     def stores_but_never_replays(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
-        seen[body] = seen.get(body, 0) + 1
+        key = headers.get("Idempotency-Key")
         if body == b"[]":
+            refused.add(key)
             return Answer(400, JSON, b'{"error": "no"}')
-        return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
+        return Answer(422, PROBLEM, b"{}") if key in refused else created(1)
 
     assert run("final-4xx-replayed", stores_but_never_replays).verdict == NOT_RUN
 
     def takes_the_key_and_refuses_again(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        key = headers.get("Idempotency-Key")
         seen[body] = seen.get(body, 0) + 1
         if body == b"[]":
+            refused.add(key)
             return Answer(400, JSON, b'{"error": "no"}' if seen[body] == 1 else b'{"error": "2"}')
-        return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
+        return Answer(422, PROBLEM, b"{}") if key in refused else created(1)
 
-    seen.clear()
     assert run("final-4xx-replayed", takes_the_key_and_refuses_again).verdict == FAIL
 
 

@@ -141,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # a storm's connections all wait in the listen backlog
 
     def __init__(self, toy: Toy) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
