@@ -63,9 +63,10 @@ def seconds(text: str) -> float:
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(
         prog=prog,
-        description="Judge a live endpoint protected by Idempotency-Key against the contract "
-        "of docs/http.rst (or the IETF draft's, --profile draft). Exit status 0 when every "
-        "scenario that ran passed, 1 when any failed, 2 on a usage error.",
+        description="Judge a live endpoint protected by Idempotency-Key, in any language, "
+        "against the contract of idempotency-django (or the IETF draft's, --profile draft). "
+        "Exit status 0 when every scenario that ran passed, 1 when any failed or timed out, "
+        "2 on a usage error.",
     )
     cli.add_argument("url", metavar="URL", help="an endpoint that creates something on POST")
     cli.add_argument(
