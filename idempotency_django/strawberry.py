@@ -20,6 +20,7 @@ Importing this module imports Strawberry; importing ``idempotency_django`` does 
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -29,8 +30,10 @@ try:
     import strawberry  # noqa: F401
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "strawberry")
+from django.http import HttpRequest
 from graphql import GraphQLField
 from strawberry.annotation import StrawberryAnnotation
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
 from strawberry.extensions.field_extension import (
     AsyncExtensionResolver,
     FieldExtension,
@@ -42,7 +45,12 @@ from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.field import StrawberryField
 
 from idempotency_django._adapters import graphql_fields
-from idempotency_django._adapters.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django._adapters.graphql_fields import (
+    ARGUMENT_HELP,
+    KEY_ARGUMENT,
+    Protection,
+    Sent,
+)
 from idempotency_django._conf import TenantResolver, conf
 from idempotency_django._protocol.options import Options
 
@@ -128,6 +136,38 @@ def protection(field: GraphQLField) -> Protection | None:
     return None
 
 
+def batch(request: HttpRequest) -> list[Sent] | None:
+    """The batch a request carries as the Strawberry view it was routed to reads it (its
+    ``parse_http_body``: a JSON list, or a multipart request's ``operations`` list), or
+    ``None``: not a batch, or no Strawberry view serves the request."""
+    view = graphql_fields.routed_view(request, (GraphQLView, AsyncGraphQLView))
+    if view is None:
+        return None
+    try:
+        parsed = view.parse_http_body(view.request_adapter_class(request))
+        if isinstance(view, AsyncGraphQLView):
+            parsed = _now(parsed)
+    except Exception:  # noqa: BLE001  (the view fails with it too: nothing runs)
+        return None
+    if not isinstance(parsed, list):
+        return None
+    return [Sent(item.query, item.variables, item.operation_name) for item in parsed]
+
+
+def _now(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """What ``coroutine`` returns, if it returns without waiting (the async view's parsing
+    reads a Django request already in memory); ``None`` if it would wait."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    return None
+
+
+_STACK = graphql_fields.Stack(protection, batch)
+
+
 class IdempotentExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """``strawberry.Schema(..., execution_context_class=IdempotentExecutionContext)``.
 
@@ -136,7 +176,7 @@ class IdempotentExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """
 
     def execute_field(self, *args: Any) -> Any:
-        return graphql_fields.execute_field(self, protection, super().execute_field, *args)
+        return graphql_fields.execute_field(self, _STACK, super().execute_field, *args)
 
     def handle_field_error(self, *args: Any) -> Any:
         graphql_fields.note_error(self)
