@@ -822,9 +822,12 @@ def _operation(item: Sent, schema: GraphQLSchema) -> _Operation | None:
         return None
     if validate(schema, document):
         return None
-    variables = item.variables if isinstance(item.variables, Mapping) else None
-    name: Any = item.operation_name  # as the stack passes it on, a str or not
-    built = ExecutionContext.build(schema, document, None, None, variables, name)
+    variables: Any = item.variables  # as the stack passes them on, whatever their type
+    name: Any = item.operation_name
+    try:
+        built = ExecutionContext.build(schema, document, None, None, variables, name)
+    except Exception:  # noqa: BLE001  (variables of no JSON object shape: the stack fails too)
+        return None
     if isinstance(built, list):  # no such operation, or its variables do not coerce
         return None
     return _Operation(

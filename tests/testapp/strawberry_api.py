@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
+from strawberry.file_uploads import Upload
 from strawberry.schema.config import StrawberryConfig
 
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
@@ -167,6 +168,12 @@ class Mutation:
         """A protected field without a selection set."""
         return Charge.objects.create(reference=reference, amount=1).pk
 
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def attach(self, info: strawberry.Info, reference: str, file: Upload) -> ChargePayload:
+        """A payment of an uploaded file's size: the file's content is part of the call."""
+        size = len(file.read())  # type: ignore[attr-defined]  (Django's UploadedFile)
+        return _charge(info.context.request, reference, size, False, False, False)
+
     @strawberry.mutation
     def unprotected(self, reference: str) -> int:
         return Charge.objects.create(reference=reference, amount=1).pk
@@ -198,6 +205,13 @@ urlpatterns = [
     path(
         "async/batch/uploads/",
         csrf_exempt(AsyncGraphQLView.as_view(schema=batching, multipart_uploads_enabled=True)),
+    ),
+    path(
+        "uploads/", csrf_exempt(GraphQLView.as_view(schema=schema, multipart_uploads_enabled=True))
+    ),
+    path(
+        "async/uploads/",
+        csrf_exempt(AsyncGraphQLView.as_view(schema=schema, multipart_uploads_enabled=True)),
     ),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
