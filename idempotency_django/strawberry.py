@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "strawberry")
 from django.http import HttpRequest
-from graphql import GraphQLField
+from graphql import DocumentNode, GraphQLField
 from strawberry.annotation import StrawberryAnnotation
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
 from strawberry.extensions.field_extension import (
@@ -40,7 +40,7 @@ from strawberry.extensions.field_extension import (
     SyncExtensionResolver,
 )
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
-from strawberry.types import Info
+from strawberry.types import ExecutionContext, Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.field import StrawberryField
 
@@ -165,7 +165,20 @@ def _now(coroutine: Coroutine[Any, Any, Any]) -> Any:
     return None
 
 
-_STACK = graphql_fields.Stack(protection, batch)
+def operation_name(document: DocumentNode, sent: object) -> object:
+    """The name Strawberry runs ``document`` under: the one sent, else its first operation's
+    (its ``ExecutionContext.operation_name``; graphql-core alone would run none of many)."""
+    context = ExecutionContext(
+        query=None,
+        schema=None,  # type: ignore[arg-type]  # unread by operation_name
+        allowed_operations=(),
+        provided_operation_name=sent,  # type: ignore[arg-type]  # as the view passes it on
+        graphql_document=document,
+    )
+    return context.operation_name
+
+
+_STACK = graphql_fields.Stack(protection, batch, operation_name)
 
 
 class IdempotentExecutionContext(StrawberryGraphQLCoreExecutionContext):

@@ -53,6 +53,7 @@ from idempotency_django.exceptions import IdempotencyError, KeyMissing
 try:
     from graphql import (
         DirectiveNode,
+        DocumentNode,
         ExecutionContext,
         FieldNode,
         FragmentDefinitionNode,
@@ -606,13 +607,19 @@ class Sent:
     operation_name: object
 
 
+def _as_sent(_document: DocumentNode, name: object) -> object:
+    return name
+
+
 @dataclass(frozen=True)
 class Stack:
-    """What a stack's adapter tells the shared code: a field's protection, and the batch a
-    request carries as the stack's own view reads it (``None``: not a batch)."""
+    """What a stack's adapter tells the shared code: a field's protection; the batch a
+    request carries as the stack's own view reads it (``None``: not a batch); and the name
+    under which the stack has graphql-core run a document sent with a name (or none)."""
 
     protection_of: Callable[[GraphQLField], Protection | None]
     batch_of: Callable[[HttpRequest], Sequence[Sent] | None]
+    operation_name: Callable[[DocumentNode, object], object] = _as_sent
 
 
 def routed_view(request: HttpRequest, kind: type | tuple[type, ...]) -> Any:
@@ -662,7 +669,7 @@ def _refuse_a_shared_key(executor: Any, stack: Stack, root_type: GraphQLObjectTy
         verdict = getattr(request, _BATCH)
     else:
         batch = _batch(request, stack, executor.schema)
-        operations = batch or [
+        operations = batch if batch is not None else [
             _Operation(
                 root_type,
                 executor.operation.selection_set,
@@ -805,13 +812,13 @@ def _batch(request: HttpRequest, stack: Stack, schema: GraphQLSchema) -> list[_O
         return None
     operations: list[_Operation] = []
     for item in sent:
-        operation = _operation(item, schema)
+        operation = _operation(item, stack, schema)
         if operation is not None:
             operations.append(operation)
     return operations
 
 
-def _operation(item: Sent, schema: GraphQLSchema) -> _Operation | None:
+def _operation(item: Sent, stack: Stack, schema: GraphQLSchema) -> _Operation | None:
     """One item of a batch as graphql-core runs it, or ``None`` if it runs nothing (its own
     execution reports why)."""
     if not isinstance(item.query, str):
@@ -823,7 +830,7 @@ def _operation(item: Sent, schema: GraphQLSchema) -> _Operation | None:
     if validate(schema, document):
         return None
     variables: Any = item.variables  # as the stack passes them on, whatever their type
-    name: Any = item.operation_name
+    name: Any = stack.operation_name(document, item.operation_name)
     try:
         built = ExecutionContext.build(schema, document, None, None, variables, name)
     except Exception:  # noqa: BLE001  (variables of no JSON object shape: the stack fails too)
