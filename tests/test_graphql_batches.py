@@ -92,3 +92,14 @@ def test_a_batch_no_routed_view_reads_takes_its_key_once() -> None:
     answers = json.loads(view(request).content)
     assert [_codes(answer) for answer in answers] == [[], ["key-shared"]]
     assert (charges(first), charges(second)) == (1, 0)
+
+
+def test_a_batch_an_async_view_parses_by_waiting_takes_its_key_once() -> None:
+    """An async Strawberry view whose parsing waits on something can't be asked before the
+    batch runs: its items run together, and of two taking the header's key one runs and the
+    other is refused."""
+    first, second = new_key(), new_key()
+    bodies = [{"query": CHECKOUT % json.dumps(first)}, {"query": CHECKOUT % json.dumps(second)}]
+    answers = _post("/graphql/async/batch/waiting/", bodies, new_key())
+    assert sorted(_codes(answer) for answer in answers) == [[], ["key-shared"]]
+    assert charges(first) + charges(second) == 1

@@ -669,19 +669,22 @@ def _refuse_a_shared_key(executor: Any, stack: Stack, root_type: GraphQLObjectTy
         verdict = getattr(request, _BATCH)
     else:
         batch = _batch(request, stack, executor.schema)
-        operations = batch if batch is not None else [
-            _Operation(
-                root_type,
-                executor.operation.selection_set,
-                fragment_definitions(executor),
-                variable_values(executor),
-            )
-        ]
+        operations = batch if batch is not None else [_executed(executor, root_type)]
         verdict = _shared(plan(executor.schema, stack, request, operations))
         if batch is not None:
             setattr(request, _BATCH, verdict)
     if verdict is not None:
         raise graphql_error(verdict)
+
+
+def _executed(executor: Any, root_type: GraphQLObjectType) -> _Operation:
+    """The operation ``executor`` runs: the stack's own document, as graphql-core chose it."""
+    return _Operation(
+        root_type,
+        executor.operation.selection_set,
+        fragment_definitions(executor),
+        variable_values(executor),
+    )
 
 
 def plan(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import strawberry
 from asgiref.sync import sync_to_async
@@ -171,7 +173,7 @@ class Mutation:
     @strawberry.mutation(extensions=[IdempotentExtension()])
     def attach(self, info: strawberry.Info, reference: str, file: Upload) -> ChargePayload:
         """A payment of an uploaded file's size: the file's content is part of the call."""
-        size = len(file.read())  # type: ignore[attr-defined]  (Django's UploadedFile)
+        size = len(file.read())  # type: ignore[attr-defined]  # Django's UploadedFile
         return _charge(info.context.request, reference, size, False, False, False)
 
     @strawberry.mutation
@@ -191,6 +193,16 @@ batching = strawberry.Schema(
 )
 # The same types without our execution context: a protected field refuses to run.
 misconfigured = strawberry.Schema(query=Query, mutation=Mutation)
+
+
+class WaitingAsyncGraphQLView(AsyncGraphQLView):
+    """An async view whose parsing waits (a project's override reading something async):
+    the batch can't be read before it runs."""
+
+    async def parse_http_body(self, request: Any) -> Any:
+        await asyncio.sleep(0)
+        return await super().parse_http_body(request)
+
 
 urlpatterns = [
     path("", csrf_exempt(GraphQLView.as_view(schema=schema))),
@@ -213,5 +225,6 @@ urlpatterns = [
         "async/uploads/",
         csrf_exempt(AsyncGraphQLView.as_view(schema=schema, multipart_uploads_enabled=True)),
     ),
+    path("async/batch/waiting/", csrf_exempt(WaitingAsyncGraphQLView.as_view(schema=batching))),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
