@@ -9,6 +9,7 @@ answered the first's payment.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -103,3 +104,27 @@ def test_a_batch_an_async_view_parses_by_waiting_takes_its_key_once() -> None:
     answers = _post("/graphql/async/batch/waiting/", bodies, new_key())
     assert sorted(_codes(answer) for answer in answers) == [[], ["key-shared"]]
     assert charges(first) + charges(second) == 1
+
+
+def test_an_unvalidated_document_spreading_an_unknown_fragment_is_read_as_graphql_core_runs_it() -> (
+    None
+):
+    """graphql-core run without validation skips a spread of an unknown fragment: so does the
+    check, and the protected field beside it runs once under the header's key."""
+    from graphql import execute, parse
+
+    from idempotency_django.strawberry import IdempotentExecutionContext
+    from tests.testapp import strawberry_api
+
+    reference = new_key()
+    request = RequestFactory().post("/", headers={"Idempotency-Key": new_key()})
+    request.user = AnonymousUser()
+    document = parse(f'mutation {{ ...Missing charge(reference: "{reference}") {{ id }} }}')
+    result = execute(
+        strawberry_api.schema._schema,
+        document,
+        context_value=SimpleNamespace(request=request),
+        execution_context_class=IdempotentExecutionContext,
+    )
+    assert result.errors is None, result.errors  # type: ignore[union-attr]
+    assert charges(reference) == 1

@@ -11,8 +11,9 @@ response is the same, byte for byte, whatever the sub-fields would read today.
 - The key is the field's own key argument (``idempotencyKey``) when the document
   gives one, else the request's ``Idempotency-Key`` header: the argument wins, so a
   document may carry two protected mutations, each with its own key. A request in
-  which two protected fields would both take the header's key (at any depth, in any
-  operation of a batch, or one below a list) is refused as a whole.
+  which two protected fields would take one key (at any depth, in any operation of a
+  batch, or one below a list) is refused as a whole; a batch is read as the stack's
+  own view reads it (``Stack``), and each field checks its key again as it runs.
 - A field is "the same call" by its place (the fields above it, with their arguments),
   its arguments as the operation resolves them (a variable or a literal of one value
   are one call), its directives and its selection set: see ``fingerprint()``.
