@@ -33,10 +33,16 @@ try:
     import graphene
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "graphene")
+from django.http import HttpRequest
 from graphql import ExecutionContext, GraphQLField
 
 from idempotency_django._adapters import graphql_fields
-from idempotency_django._adapters.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django._adapters.graphql_fields import (
+    ARGUMENT_HELP,
+    KEY_ARGUMENT,
+    Protection,
+    Sent,
+)
 from idempotency_django._conf import TenantResolver, conf
 from idempotency_django._protocol.options import Options
 
@@ -130,6 +136,31 @@ def protection(field: GraphQLField) -> Protection | None:
     return found if isinstance(found, Protection) else None
 
 
+def batch(request: HttpRequest) -> list[Sent] | None:
+    """The batch a request carries as graphene-django's ``GraphQLView(batch=True)`` it was
+    routed to reads it: its ``parse_body``, then ``get_graphql_params`` per item (which
+    prefers the URL's query to the item's, and reads ``"operationName": "null"`` as none).
+    ``None`` when no such view serves the request."""
+    try:
+        from graphene_django.views import GraphQLView
+    except ImportError:  # pragma: no cover  (Graphene without graphene-django)
+        return None
+    view = graphql_fields.routed_view(request, GraphQLView)
+    if view is None or not view.batch:
+        return None
+    sent: list[Sent] = []
+    try:
+        for entry in view.parse_body(request):
+            query, variables, operation_name, _ = view.get_graphql_params(request, entry)
+            sent.append(Sent(query, variables, operation_name))
+    except Exception:  # noqa: BLE001  (the view fails there too: no item after this one runs)
+        pass
+    return sent
+
+
+_STACK = graphql_fields.Stack(protection, batch)
+
+
 class IdempotentExecutionContext(ExecutionContext):
     """``GraphQLView.as_view(..., execution_context_class=IdempotentExecutionContext)``
     (or ``schema.execute(..., execution_context_class=...)``).
@@ -138,7 +169,7 @@ class IdempotentExecutionContext(ExecutionContext):
     """
 
     def execute_field(self, *args: Any) -> Any:
-        return graphql_fields.execute_field(self, protection, super().execute_field, *args)
+        return graphql_fields.execute_field(self, _STACK, super().execute_field, *args)
 
     def handle_field_error(self, *args: Any) -> Any:
         graphql_fields.note_error(self)

@@ -20,6 +20,7 @@ Importing this module imports Strawberry; importing ``idempotency_django`` does 
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -29,20 +30,27 @@ try:
     import strawberry  # noqa: F401
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "strawberry")
-from graphql import GraphQLField
+from django.http import HttpRequest
+from graphql import DocumentNode, GraphQLField
 from strawberry.annotation import StrawberryAnnotation
+from strawberry.django.views import AsyncGraphQLView, GraphQLView
 from strawberry.extensions.field_extension import (
     AsyncExtensionResolver,
     FieldExtension,
     SyncExtensionResolver,
 )
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
-from strawberry.types import Info
+from strawberry.types import ExecutionContext, Info
 from strawberry.types.arguments import StrawberryArgument
 from strawberry.types.field import StrawberryField
 
 from idempotency_django._adapters import graphql_fields
-from idempotency_django._adapters.graphql_fields import ARGUMENT_HELP, KEY_ARGUMENT, Protection
+from idempotency_django._adapters.graphql_fields import (
+    ARGUMENT_HELP,
+    KEY_ARGUMENT,
+    Protection,
+    Sent,
+)
 from idempotency_django._conf import TenantResolver, conf
 from idempotency_django._protocol.options import Options
 
@@ -128,6 +136,51 @@ def protection(field: GraphQLField) -> Protection | None:
     return None
 
 
+def batch(request: HttpRequest) -> list[Sent] | None:
+    """The batch a request carries as the Strawberry view it was routed to reads it (its
+    ``parse_http_body``: a JSON list, or a multipart request's ``operations`` list), or
+    ``None``: not a batch, or no Strawberry view serves the request."""
+    view = graphql_fields.routed_view(request, (GraphQLView, AsyncGraphQLView))
+    if view is None:
+        return None
+    try:
+        parsed = view.parse_http_body(view.request_adapter_class(request))
+        if isinstance(view, AsyncGraphQLView):
+            parsed = _now(parsed)
+    except Exception:  # noqa: BLE001  # pragma: no cover  (the view parsed it before running it)
+        return None
+    if not isinstance(parsed, list):
+        return None
+    return [Sent(item.query, item.variables, item.operation_name) for item in parsed]
+
+
+def _now(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """What ``coroutine`` returns, if it returns without waiting (the async view's parsing
+    reads a Django request already in memory); ``None`` if it would wait."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    return None
+
+
+def operation_name(document: DocumentNode, sent: object) -> object:
+    """The name Strawberry runs ``document`` under: the one sent, else its first operation's
+    (its ``ExecutionContext.operation_name``; graphql-core alone would run none of many)."""
+    context = ExecutionContext(
+        query=None,
+        schema=None,  # type: ignore[arg-type]  # unread by operation_name
+        allowed_operations=(),
+        provided_operation_name=sent,  # type: ignore[arg-type]  # as the view passes it on
+        graphql_document=document,
+    )
+    return context.operation_name
+
+
+_STACK = graphql_fields.Stack(protection, batch, operation_name)
+
+
 class IdempotentExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """``strawberry.Schema(..., execution_context_class=IdempotentExecutionContext)``.
 
@@ -136,7 +189,7 @@ class IdempotentExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """
 
     def execute_field(self, *args: Any) -> Any:
-        return graphql_fields.execute_field(self, protection, super().execute_field, *args)
+        return graphql_fields.execute_field(self, _STACK, super().execute_field, *args)
 
     def handle_field_error(self, *args: Any) -> Any:
         graphql_fields.note_error(self)

@@ -391,6 +391,36 @@ def test_two_root_fields_with_their_own_keys_each_run_once(stack: Stack) -> None
     assert (charges(first), charges(second)) == (1, 1)
 
 
+def test_two_root_fields_given_one_key_in_their_arguments_are_refused_whole(stack: Stack) -> None:
+    """One key written into two protected fields' arguments protected the first only: the
+    second, the same call, was answered the first's charge (another call: a 422)."""
+    reference, key = new_key(), new_key()
+    query = (
+        "mutation($reference: String!, $key: String) { "
+        f"one: {stack.root}(reference: $reference, idempotencyKey: $key) {{ id }} "
+        f"two: {stack.root}(reference: $reference, idempotencyKey: $key) {{ id }} }}"
+    )
+    answer = stack.send({"query": query, "variables": {"reference": reference, "key": key}}, None)
+    assert answer.get("data") is None
+    assert codes(answer) == ["key-shared"]
+    assert charges(reference) == 0
+
+
+def test_a_nested_field_under_a_list_cannot_take_one_argument_key(stack: Stack) -> None:
+    """One key in the argument of a field under a list keys every item: refused as the header's
+    would be (the first account was paid, the second refused as another call)."""
+    reference = new_key()
+    query = (
+        "mutation($reference: String!, $key: String) { accounts(ids: [1, 2]) "
+        f"{{ {stack.nested}(reference: $reference, idempotencyKey: $key) {{ id }} }} }}"
+    )
+    answer = stack.send(
+        {"query": query, "variables": {"reference": reference, "key": new_key()}}, None
+    )
+    assert codes(answer) == ["key-shared"]
+    assert (charges(f"{reference}:1"), charges(f"{reference}:2")) == (0, 0)
+
+
 # --- a batch ----------------------------------------------------------------------------------
 
 

@@ -11,8 +11,9 @@ response is the same, byte for byte, whatever the sub-fields would read today.
 - The key is the field's own key argument (``idempotencyKey``) when the document
   gives one, else the request's ``Idempotency-Key`` header: the argument wins, so a
   document may carry two protected mutations, each with its own key. A request in
-  which two protected fields would both take the header's key (at any depth, in any
-  operation of a batch, or one below a list) is refused as a whole.
+  which two protected fields would take one key (at any depth, in any operation of a
+  batch, or one below a list) is refused as a whole; a batch is read as the stack's
+  own view reads it (``Stack``), and each field checks its key again as it runs.
 - A field is "the same call" by its place (the fields above it, with their arguments),
   its arguments as the operation resolves them (a variable or a literal of one value
   are one call), its directives and its selection set: see ``fingerprint()``.
@@ -33,7 +34,7 @@ import inspect
 import json
 import weakref
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -41,18 +42,20 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse
-from django.http.request import RawPostDataException
 
 from idempotency_django._protocol import core
-from idempotency_django._protocol.fingerprint import arguments_digest
+from idempotency_django._protocol.fingerprint import arguments_digest, upload_digest
 from idempotency_django._protocol.options import Options, Policy
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
 
 try:
     from graphql import (
         DirectiveNode,
+        DocumentNode,
+        ExecutionContext,
         FieldNode,
         FragmentDefinitionNode,
         FragmentSpreadNode,
@@ -64,7 +67,6 @@ try:
         GraphQLSchema,
         GraphQLUnionType,
         InlineFragmentNode,
-        OperationDefinitionNode,
         OperationType,
         SelectionSetNode,
         StringValueNode,
@@ -73,6 +75,7 @@ try:
         is_list_type,
         is_wrapping_type,
         parse,
+        validate,
         value_from_ast_untyped,
     )
     from graphql.execution.values import get_argument_values
@@ -100,6 +103,10 @@ class KeyShared(IdempotencyError):
     default_detail = (
         "Two protected mutation fields of this document would take the same key from the "
         "{header} header: give each its own key in its idempotencyKey argument."
+    )
+    argument_detail = (
+        "Two protected mutation fields of this request would take the same key (one given "
+        "twice in their idempotencyKey arguments, or one below a list): give each its own."
     )
 
     @property
@@ -129,6 +136,7 @@ _CHECKED = "_idempotency_graphql_checked"  # on the execution context: the docum
 _STEPS = "_idempotency_graphql_steps"  # on the execution context: the fields above protected ones
 _REACHES = "_idempotency_graphql_reaching"  # on the execution context: _REACHING's entry
 _BATCH = "_idempotency_graphql_batch"  # on the request: its batch's shared-key verdict
+_TAKEN = "_idempotency_graphql_taken"  # on the request: the keys its protected fields took
 
 
 def entering(path: tuple[str | int, ...]) -> None:
@@ -156,7 +164,7 @@ def note_error(executor: object) -> None:
 
 def execute_field(
     executor: Any,
-    protection_of: Callable[[GraphQLField], Protection | None],
+    stack: Stack,
     run: Callable[..., Any],
     parent_type: GraphQLObjectType,
     source: Any,
@@ -170,7 +178,8 @@ def execute_field(
     """
     if path.prev is None and not getattr(executor, _CHECKED, False):
         setattr(executor, _CHECKED, True)
-        _refuse_a_shared_key(executor, protection_of, parent_type)
+        _refuse_a_shared_key(executor, stack, parent_type)
+    protection_of = stack.protection_of
     field_nodes = _field_nodes(nodes)
     definition = parent_type.fields.get(field_nodes[0].name.value)
     if definition is None:
@@ -322,6 +331,7 @@ class _FieldRun:
         key = argument_key(self.nodes[0], self.protection, values)
         if key is None and policy.required and self.request.headers.get(policy.header) is None:
             raise KeyMissing(_missing(self.protection, policy.header))
+        self._take(taken_key(self.request, self.protection, self.nodes[0], values))
         digest = fingerprint(
             self.executor,
             self.parent_type,
@@ -336,6 +346,17 @@ class _FieldRun:
             key=None if key is None else (lambda _request: key),
             fingerprint=lambda _request: digest,
         )
+
+    def _take(self, key: tuple[str, str] | None) -> None:
+        """Refuse a key another protected field of this request took: whatever the check
+        before execution read, no two executed protected fields ever share one key."""
+        assert self.request is not None
+        taken: set[tuple[str, str]] = getattr(self.request, _TAKEN, set())
+        if key in taken:
+            raise key_shared(*key)
+        if key is not None:
+            taken.add(key)
+            setattr(self.request, _TAKEN, taken)
 
     def _tenant(self, policy: Policy) -> core.TenantOf:
         request = self.request
@@ -557,9 +578,12 @@ def _fragment(fragment: FragmentDefinitionNode, values: dict[str, Any], used: se
 
 
 def _plain(value: object) -> object:
-    """A coerced value that is no JSON value (an enum, an input object instance, a Decimal)."""
+    """A coerced value that is no JSON value (an enum, an input object instance, a Decimal,
+    an upload: its name, type and content, as a form's file counts)."""
     if isinstance(value, Enum):
         return value.name
+    if isinstance(value, UploadedFile):
+        return {"upload": upload_digest(value)}
     attributes = getattr(value, "__dict__", None)
     return attributes if attributes is not None else str(value)
 
@@ -575,6 +599,44 @@ def _missing(protection: Protection, header: str) -> str:
 
 
 @dataclass(frozen=True)
+class Sent:
+    """One GraphQL request of a batch, as the stack's view parsed it (its own parser's
+    answer: graphene-django's ``get_graphql_params``, Strawberry's ``parse_http_body``)."""
+
+    query: object
+    variables: object
+    operation_name: object
+
+
+def _as_sent(_document: DocumentNode, name: object) -> object:
+    return name
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What a stack's adapter tells the shared code: a field's protection; the batch a
+    request carries as the stack's own view reads it (``None``: not a batch); and the name
+    under which the stack has graphql-core run a document sent with a name (or none)."""
+
+    protection_of: Callable[[GraphQLField], Protection | None]
+    batch_of: Callable[[HttpRequest], Sequence[Sent] | None]
+    operation_name: Callable[[DocumentNode, object], object] = _as_sent
+
+
+def routed_view(request: HttpRequest, kind: type | tuple[type, ...]) -> Any:
+    """The class-based view (a ``kind``) the request was routed to, made as Django makes it
+    for each request, or ``None`` (not routed by the URLconf, or another view)."""
+    match = getattr(request, "resolver_match", None)
+    function = getattr(match, "func", None)
+    view_class = getattr(function, "view_class", None)
+    if match is None or not (isinstance(view_class, type) and issubclass(view_class, kind)):
+        return None
+    view: Any = view_class(**getattr(function, "view_initkwargs", {}))
+    view.setup(request, *match.args, **match.kwargs)
+    return view
+
+
+@dataclass(frozen=True)
 class _Operation:
     """One operation of a request, as the shared-key check reads it."""
 
@@ -584,57 +646,82 @@ class _Operation:
     variables: Mapping[str, Any]
 
 
-def _refuse_a_shared_key(
-    executor: Any,
-    protection_of: Callable[[GraphQLField], Protection | None],
-    root_type: GraphQLObjectType,
-) -> None:
+@dataclass(frozen=True)
+class Planned:
+    """A protected field the shared-key check expects to run, and the key it would take:
+    ``("header", name)`` or ``("argument", value)``; ``None`` when it has none."""
+
+    node: FieldNode
+    variables: Mapping[str, Any]
+    key: tuple[str, str] | None
+    many: bool  # below a list: it runs once per item
+
+
+def _refuse_a_shared_key(executor: Any, stack: Stack, root_type: GraphQLObjectType) -> None:
     """Before the first root field runs: refuse the document if two protected fields of it
-    (at any depth), or of the batch it came in, would take their key from one header (the
-    key would protect only the first); or if one under a list would (it runs per item)."""
+    (at any depth), or of the batch it came in, would take one key (the key would protect
+    only the first); or if one under a list would (it runs per item)."""
     try:
         request = request_of(executor.context_value)
     except ImproperlyConfigured:
         return  # each protected field reports it
-    verdict: str | None
+    verdict: KeyShared | None
     if hasattr(request, _BATCH):  # another operation of this batch decided for all of them
         verdict = getattr(request, _BATCH)
     else:
-        batch = _batch(request, executor.schema)
-        operations = batch or [
-            _Operation(
-                root_type,
-                executor.operation.selection_set,
-                fragment_definitions(executor),
-                variable_values(executor),
-            )
-        ]
-        verdict = _shared_header(executor.schema, protection_of, request, operations)
+        batch = _batch(request, stack, executor.schema)
+        operations = batch if batch is not None else [_executed(executor, root_type)]
+        verdict = _shared(plan(executor.schema, stack, request, operations))
         if batch is not None:
             setattr(request, _BATCH, verdict)
     if verdict is not None:
-        raise graphql_error(KeyShared(KeyShared.default_detail.format(header=verdict)))
+        raise graphql_error(verdict)
 
 
-def _shared_header(
-    schema: GraphQLSchema,
-    protection_of: Callable[[GraphQLField], Protection | None],
-    request: HttpRequest,
-    operations: Iterable[_Operation],
-) -> str | None:
-    """The header two protected fields of ``operations`` would both take their key from."""
-    counts: Counter[str] = Counter()
+def _executed(executor: Any, root_type: GraphQLObjectType) -> _Operation:
+    """The operation ``executor`` runs: the stack's own document, as graphql-core chose it."""
+    return _Operation(
+        root_type,
+        executor.operation.selection_set,
+        fragment_definitions(executor),
+        variable_values(executor),
+    )
+
+
+def plan(
+    schema: GraphQLSchema, stack: Stack, request: HttpRequest, operations: Iterable[_Operation]
+) -> list[Planned]:
+    """The protected fields of ``operations`` at every depth, each with its key."""
+    planned: list[Planned] = []
     for operation in operations:
         if operation.root_type is None:
             continue
-        walk = _Walk(schema, protection_of, request, operation, counts)
+        walk = _Walk(schema, stack.protection_of, request, operation, planned)
         walk.fields(operation.root_type, [operation.selection_set], many=False)
-    return next((header for header, count in counts.items() if count > 1), None)
+    return planned
+
+
+def _shared(planned: Iterable[Planned]) -> KeyShared | None:
+    """The refusal when two planned fields (or one below a list) would take one key."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for call in planned:
+        if call.key is not None:
+            counts[call.key] += 2 if call.many else 1
+    shared = next((key for key, count in counts.items() if count > 1), None)
+    return None if shared is None else key_shared(*shared)
+
+
+def key_shared(source: str, name: str) -> KeyShared:
+    """The refusal of a key taken twice in one request: from the ``name`` header, or given
+    twice in key arguments."""
+    if source == "header":
+        return KeyShared(KeyShared.default_detail.format(header=name))
+    return KeyShared(KeyShared.argument_detail)
 
 
 @dataclass
 class _Walk:
-    """Counts the header-keyed protected fields of one operation, at every depth.
+    """Lists the protected fields of one operation, at every depth.
 
     Fields are merged by response name, as graphql-core merges them; ``@skip`` and
     ``@include`` are not evaluated: a field either would be counts.
@@ -644,7 +731,7 @@ class _Walk:
     protection_of: Callable[[GraphQLField], Protection | None]
     request: HttpRequest
     operation: _Operation
-    counts: Counter[str]
+    planned: list[Planned]
 
     def fields(
         self, parent: GraphQLNamedType, selection_sets: list[SelectionSetNode], many: bool
@@ -664,17 +751,22 @@ class _Walk:
             return
         protection = self.protection_of(definition)
         if protection is not None:
-            self.count(node, protection, many)
+            key = taken_key(self.request, protection, node, self.operation.variables)
+            self.planned.append(Planned(node, self.operation.variables, key, many))
         below = [n.selection_set for n, _ in group if n.selection_set is not None]
         if below:
             self.fields(get_named_type(definition.type), below, many or _is_list(definition))
 
-    def count(self, node: FieldNode, protection: Protection, many: bool) -> None:
-        if argument_key(node, protection, self.operation.variables) is not None:
-            return
-        header = protection.options.resolve(self.request).header
-        if self.request.headers.get(header) is not None:
-            self.counts[header] += 2 if many else 1  # under a list: once per item
+
+def taken_key(
+    request: HttpRequest, protection: Protection, node: FieldNode, variables: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """The key a protected field takes: its key argument's, else the header's, else none."""
+    key = argument_key(node, protection, variables)
+    if key is not None:
+        return ("argument", str(key))
+    header = protection.options.resolve(request).header
+    return None if request.headers.get(header) is None else ("header", header)
 
 
 def _is_list(definition: GraphQLField) -> bool:
@@ -714,61 +806,46 @@ _ROOTS = {
 }
 
 
-def _batch(request: HttpRequest, schema: GraphQLSchema) -> list[_Operation] | None:
-    """The operations of a batched request (a JSON list of GraphQL requests, as Strawberry's
-    batching and graphene-django's ``batch=True`` take), or ``None``."""
-    items = _sent(request)
-    if not isinstance(items, list):
+def _batch(request: HttpRequest, stack: Stack, schema: GraphQLSchema) -> list[_Operation] | None:
+    """The operations of a batched request as the stack runs them, or ``None``: the stack's
+    view reads the batch (its items, their query, variables and operation name), and
+    graphql-core chooses each item's operation and coerces its variables, as it does to run
+    it. An item the stack answers with an error runs nothing and is left out."""
+    sent = stack.batch_of(request)
+    if sent is None:
         return None
-    return [found for item in items if (found := _operation(item, schema)) is not None]
+    operations: list[_Operation] = []
+    for item in sent:
+        operation = _operation(item, stack, schema)
+        if operation is not None:
+            operations.append(operation)
+    return operations
 
 
-def _sent(request: HttpRequest) -> object:
-    """What the request carries as GraphQL requests, however it was encoded, or ``None``.
-
-    Not judged by the content type: Strawberry parses any type holding
-    ``application/json`` (``application/jsonx`` too), so a body that is a JSON list is
-    the batch the stack ran. A multipart request (the GraphQL multipart request spec,
-    Strawberry with uploads enabled) carries its operations in the ``operations`` field.
-    """
-    if request.content_type == "multipart/form-data":  # its body was read into the form
-        text: str | bytes | None = request.POST.get("operations")
-    else:
-        try:
-            text = request.body
-        except RawPostDataException:
-            return None
-    if text is None:
+def _operation(item: Sent, stack: Stack, schema: GraphQLSchema) -> _Operation | None:
+    """One item of a batch as graphql-core runs it, or ``None`` if it runs nothing (its own
+    execution reports why)."""
+    if not isinstance(item.query, str):
         return None
     try:
-        return json.loads(text)
-    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
-        return None
-
-
-def _operation(item: object, schema: GraphQLSchema) -> _Operation | None:
-    """One request of a batch, or ``None`` if it is none (its own execution reports it)."""
-    if not isinstance(item, Mapping) or not isinstance(item.get("query"), str):
-        return None
-    try:
-        document = parse(item["query"])
+        document = parse(item.query)
     except GraphQLError:
         return None
-    name = item.get("operationName")
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    chosen = [o for o in operations if name is None or (o.name and o.name.value == name)]
-    if len(chosen) != 1:
+    if validate(schema, document):
         return None
-    fragments = {
-        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
-    }
-    variables = item.get("variables")
-    root_type = getattr(schema, _ROOTS[chosen[0].operation])
+    variables: Any = item.variables  # as the stack passes them on, whatever their type
+    name: Any = stack.operation_name(document, item.operation_name)
+    try:
+        built = ExecutionContext.build(schema, document, None, None, variables, name)
+    except Exception:  # noqa: BLE001  (variables of no JSON object shape: the stack fails too)
+        return None
+    if isinstance(built, list):  # no such operation, or its variables do not coerce
+        return None
     return _Operation(
-        root_type,
-        chosen[0].selection_set,
-        fragments,
-        variables if isinstance(variables, Mapping) else {},
+        getattr(schema, _ROOTS[built.operation.operation]),
+        built.operation.selection_set,
+        fragment_definitions(built),
+        variable_values(built),
     )
 
 

@@ -389,6 +389,15 @@ def _feed_lists(
             each(item)
 
 
+def upload_digest(upload: UploadedFile[bytes]) -> str:
+    """SHA-256 hex of an upload as a form's file counts: its name, content type, charset
+    and content, read in chunks (then rewound for the view). For an upload that is an
+    argument (a GraphQL ``Upload``), not a form field."""
+    result = hashlib.sha256()
+    _feed_upload(result, upload)
+    return result.hexdigest()
+
+
 def _feed_upload(result: Hash, upload: UploadedFile[bytes]) -> None:
     for text in (upload.name or "", upload.content_type or "", upload.charset or ""):
         feed(result, text.encode("utf-8", "surrogatepass"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
 import graphene
 from asgiref.sync import sync_to_async
 from django.db import connection
+from django.http import HttpRequest
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from graphene_django.views import GraphQLView
@@ -117,6 +119,37 @@ class PayAsync(graphene.Mutation):
         return await sync_to_async(_pay)(info, f"{reference}:{account}", amount, fail)
 
 
+class Upload(graphene.Scalar):
+    """The GraphQL multipart request spec's file, as graphene-file-upload defines it: the
+    view puts the uploaded file where the ``map`` field says, and the value is the file."""
+
+    @staticmethod
+    def serialize(value: Any) -> Any:
+        return value
+
+    @staticmethod
+    def parse_literal(node: Any, _variables: Any = None) -> Any:
+        return node
+
+    @staticmethod
+    def parse_value(value: Any) -> Any:
+        return value
+
+
+@idempotent
+class Attach(graphene.Mutation):
+    """A payment of an uploaded file's size: the file's content is part of the call."""
+
+    class Arguments:
+        reference = graphene.String(required=True)
+        file = Upload(required=True)
+
+    Output = Paid
+
+    def mutate(root: Any, info: Any, reference: str, file: Any) -> dict[str, Any]:
+        return _charge(info, reference, len(file.read()), False, False)
+
+
 class AccountOps(graphene.ObjectType):
     pay = Pay.Field()
     pay_async = PayAsync.Field()
@@ -129,6 +162,7 @@ class Query(graphene.ObjectType):
 class Mutation(graphene.ObjectType):
     charge = PayCharge.Field()
     charge_async = PayChargeAsync.Field()
+    attach = Attach.Field()
     account = graphene.Field(AccountOps, id=graphene.Int(required=True))
     accounts = graphene.List(AccountOps, ids=graphene.List(graphene.Int, required=True))
 
@@ -141,6 +175,26 @@ class Mutation(graphene.ObjectType):
 
 schema = graphene.Schema(query=Query, mutation=Mutation)
 
+
+class UploadGraphQLView(GraphQLView):
+    """graphene-django's view taking the GraphQL multipart request spec (as
+    graphene-file-upload's ``FileUploadGraphQLView`` does): ``operations`` (one request or a
+    batch's list), ``map`` (each file's places in it) and the files."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        if self.get_content_type(request) != "multipart/form-data":
+            return super().parse_body(request)
+        operations = json.loads(request.POST.get("operations", "{}"))
+        for name, places in json.loads(request.POST.get("map", "{}")).items():
+            for place in places:
+                *above, last = place.split(".")
+                holder = operations
+                for step in above:
+                    holder = holder[int(step) if isinstance(holder, list) else step]
+                holder[last] = request.FILES[name]
+        return operations
+
+
 urlpatterns = [
     path(
         "",
@@ -152,6 +206,22 @@ urlpatterns = [
         "batch/",
         csrf_exempt(
             GraphQLView.as_view(
+                schema=schema, batch=True, execution_context_class=IdempotentExecutionContext
+            )
+        ),
+    ),
+    path(
+        "uploads/",
+        csrf_exempt(
+            UploadGraphQLView.as_view(
+                schema=schema, execution_context_class=IdempotentExecutionContext
+            )
+        ),
+    ),
+    path(
+        "batch/uploads/",
+        csrf_exempt(
+            UploadGraphQLView.as_view(
                 schema=schema, batch=True, execution_context_class=IdempotentExecutionContext
             )
         ),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import strawberry
 from asgiref.sync import sync_to_async
@@ -12,6 +14,7 @@ from django.http import HttpRequest
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from strawberry.django.views import AsyncGraphQLView, GraphQLView
+from strawberry.file_uploads import Upload
 from strawberry.schema.config import StrawberryConfig
 
 from idempotency_django.strawberry import IdempotentExecutionContext, IdempotentExtension
@@ -167,6 +170,12 @@ class Mutation:
         """A protected field without a selection set."""
         return Charge.objects.create(reference=reference, amount=1).pk
 
+    @strawberry.mutation(extensions=[IdempotentExtension()])
+    def attach(self, info: strawberry.Info, reference: str, file: Upload) -> ChargePayload:
+        """A payment of an uploaded file's size: the file's content is part of the call."""
+        size = len(file.read())  # type: ignore[attr-defined]  # Django's UploadedFile
+        return _charge(info.context.request, reference, size, False, False, False)
+
     @strawberry.mutation
     def unprotected(self, reference: str) -> int:
         return Charge.objects.create(reference=reference, amount=1).pk
@@ -185,6 +194,16 @@ batching = strawberry.Schema(
 # The same types without our execution context: a protected field refuses to run.
 misconfigured = strawberry.Schema(query=Query, mutation=Mutation)
 
+
+class WaitingAsyncGraphQLView(AsyncGraphQLView):
+    """An async view whose parsing waits (a project's override reading something async):
+    the batch can't be read before it runs."""
+
+    async def parse_http_body(self, request: Any) -> Any:
+        await asyncio.sleep(0)
+        return await super().parse_http_body(request)
+
+
 urlpatterns = [
     path("", csrf_exempt(GraphQLView.as_view(schema=schema))),
     path("async/", csrf_exempt(AsyncGraphQLView.as_view(schema=schema))),
@@ -199,5 +218,13 @@ urlpatterns = [
         "async/batch/uploads/",
         csrf_exempt(AsyncGraphQLView.as_view(schema=batching, multipart_uploads_enabled=True)),
     ),
+    path(
+        "uploads/", csrf_exempt(GraphQLView.as_view(schema=schema, multipart_uploads_enabled=True))
+    ),
+    path(
+        "async/uploads/",
+        csrf_exempt(AsyncGraphQLView.as_view(schema=schema, multipart_uploads_enabled=True)),
+    ),
+    path("async/batch/waiting/", csrf_exempt(WaitingAsyncGraphQLView.as_view(schema=batching))),
     path("misconfigured/", csrf_exempt(GraphQLView.as_view(schema=misconfigured))),
 ]
