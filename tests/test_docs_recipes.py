@@ -258,6 +258,6 @@ def test_the_readme_keeps_its_commands() -> None:
         "    make test    # provisions the services, then the suite on every database\n"
     ) in README
     assert (
-        "    python -m idempotency_django.conformance https://staging.example.com/charges/ \\\n"
+        "    idempotency-conformance https://staging.example.com/charges/ \\\n"
         "        --header 'Authorization: Token …'\n"
     ) in README
