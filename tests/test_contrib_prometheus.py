@@ -177,7 +177,7 @@ def test_the_app_connects_the_default_registry() -> None:
 
 def forget_default_gauges() -> None:
     """Undo ``ready()``'s registration of the scrape-time gauges in the default registry."""
-    collector = collectors._registered.pop(id(REGISTRY))
+    collector = collectors._registered.pop(REGISTRY)
     REGISTRY.unregister(collector)
     SCRAPE_TIME.remove(collector)
 

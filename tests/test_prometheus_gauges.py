@@ -94,7 +94,7 @@ def test_describing_touches_no_database() -> None:
 @pytest.fixture
 def on_default() -> Iterator[None]:
     yield
-    collector = collectors._registered.pop(id(REGISTRY))
+    collector = collectors._registered.pop(REGISTRY)
     REGISTRY.unregister(collector)
     SCRAPE_TIME.remove(collector)
 
@@ -120,3 +120,24 @@ def test_dead_letters_are_counted_by_source() -> None:
         for source in ("consumer", "outbox", "task")
     }
     assert counts == {"consumer": 2, "outbox": 1, "task": 1}
+
+
+def holds_the_gauges(registry: CollectorRegistry) -> bool:
+    return any(isinstance(c, collectors.EntriesCollector) for c in registry._collector_to_names)
+
+
+def test_a_new_registry_at_a_dead_ones_address_gets_the_gauges_too() -> None:
+    """0.6's first cut kept registries by ``id()``: a registry made where a collected one
+    had been was taken for it, and scraped no gauge (a flaky test found it)."""
+    first = CollectorRegistry()
+    collectors.register(first)
+    address = id(first)
+    del first
+    for _ in range(1000):  # CPython hands the freed address to the next object of its size
+        reused = CollectorRegistry()
+        if id(reused) == address:
+            break
+    else:
+        pytest.skip("no new registry was made at the freed address")
+    collectors.register(reused)
+    assert holds_the_gauges(reused)

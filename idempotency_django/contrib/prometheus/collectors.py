@@ -8,6 +8,7 @@ under multiprocess mode they are added to the merge, as the outbox's gauges are.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator
 from typing import Final
 
@@ -76,7 +77,11 @@ def _consumer_failures() -> tuple[float, float] | None:
     return float(sum(f.failing for f in found)), float(sum(f.dead for f in found))
 
 
-_registered: dict[int, EntriesCollector] = {}
+# By the registry itself, weakly: an id() outlives its registry, and a new registry given
+# the same id would be taken for one already holding the gauges.
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, EntriesCollector] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> EntriesCollector:
@@ -84,9 +89,10 @@ def register(registry: CollectorRegistry = REGISTRY) -> EntriesCollector:
     to ``/metrics``' multiprocess merge (which never sees the default one)."""
     from idempotency_django.contrib.prometheus.views import add_scrape_time_collector
 
-    if id(registry) not in _registered:
-        _registered[id(registry)] = EntriesCollector()
-        registry.register(_registered[id(registry)])
+    collector = _registered.get(registry)
+    if collector is None:
+        collector = _registered[registry] = EntriesCollector()
+        registry.register(collector)
     if registry is REGISTRY:
-        add_scrape_time_collector(_registered[id(registry)])
-    return _registered[id(registry)]
+        add_scrape_time_collector(collector)
+    return collector
