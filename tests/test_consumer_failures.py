@@ -115,6 +115,7 @@ def test_a_tasks_own_operational_error_counts_toward_max_attempts() -> None:
     assert task_failed(OperationalError("deadlock detected"), max_attempts=1, **options) is False
 
 
+@pytest.mark.django_db(transaction=True)  # as the docs ask: outside a transaction of one's own
 def test_a_run_that_takes_its_process_down_is_counted_and_then_dead_lettered_unrun() -> None:
     runs: list[str] = []
 
@@ -274,16 +275,17 @@ def test_a_replay_with_the_brokers_own_count_touches_no_failure_count() -> None:
     assert not ConsumerFailure.objects.exists()
 
 
-def test_a_replay_whose_count_cannot_be_taken_back_still_acks(
+def test_a_replay_touches_no_count(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from idempotency_django.consumers import failures
 
     assert consume("done", lambda: charge("done"), policy=FAST).outcome == "executed"
-    monkeypatch.setattr(failures, "forget", lambda *args: _raise(OperationalError("gone")))
+    for name in ("started", "forget", "uncount", "count"):
+        monkeypatch.setattr(failures, name, lambda *args: _raise(OperationalError("gone")))
     verdict = consume("done", lambda: charge("again"), policy=FAST)
     assert (verdict.action, verdict.outcome) == ("ack", "replayed")
-    assert "could not take back a delivery's count" in caplog.text
+    assert "count" not in caplog.text
     assert list(Charge.objects.values_list("reference", flat=True)) == ["done"]
 
 
@@ -309,4 +311,45 @@ def test_a_dead_letter_whose_count_cannot_be_marked_is_still_a_dead_letter(
 def test_a_message_id_that_is_not_a_str_is_the_programmers_error(message_id: Any) -> None:
     with pytest.raises(TypeError, match="takes the message id as a str"):
         consume(message_id, lambda: charge("never"))
+    assert not Charge.objects.exists()
+
+
+# --- counted by the run holding the claim (tests/test_consumer_only_runs_count.py races it) ------
+
+
+@pytest.mark.requires_server  # SQLite notes it after the rollback anyway (one writer)
+@pytest.mark.django_db(transaction=True)  # the claim's transaction is consume()'s own
+def test_a_failure_the_run_could_not_note_is_counted_after_its_rollback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django.consumers import failures
+
+    real, calls = failures.count, []
+
+    def away_once(*args: Any, **kwargs: Any) -> tuple[int, float]:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OperationalError("the connection noting the failure went away")
+        return real(*args, **kwargs)
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    monkeypatch.setattr(failures, "count", away_once)
+    verdict = consume("bad", fails, policy=FAST)
+    assert (verdict.action, verdict.outcome, verdict.failures) == ("retry", "failed", 1)
+    assert "could not note a failure while holding it" in caplog.text
+    assert len(calls) == 2
+    assert list(ConsumerFailure.objects.values_list("failures", flat=True)) == [1]
+
+
+def test_a_run_whose_claim_is_taken_over_before_it_begins_takes_its_count_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django._storage.store import lease
+
+    monkeypatch.setattr(lease, "hold", lambda *args: False)  # its lease passed before its lock
+    verdict = consume("m", lambda: charge("m"), policy=FAST, protocol="lease")
+    assert (verdict.action, verdict.outcome) == ("retry", "in_progress")
+    assert not ConsumerFailure.objects.exists()
     assert not Charge.objects.exists()

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from idempotency_django import idempotent_call
 from idempotency_django.consumers import GiveUp, Verdict, consume
 from idempotency_django.consumers import core as consumer_core
 from idempotency_django.consumers.models import ConsumerFailure
@@ -124,7 +125,7 @@ _QUEUED = (
 
 def stops(monkeypatch: pytest.MonkeyPatch, delivery: Delivery) -> None:
     """``delivery`` stops after it arrived, just before it claims, until ``claim`` is set."""
-    real = consumer_core.idempotent_call
+    real = idempotent_call  # what the core calls
 
     def gate(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is delivery.thread:

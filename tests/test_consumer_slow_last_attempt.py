@@ -1,0 +1,132 @@
+"""A slow last attempt outlives its lease: never dead-lettered while it runs, never run twice
+(issue 53, item 17: "read in the code, not tried").
+
+The SPEC's row "a request runs longer than the lease: while its transaction is open no other
+request and no purge may take its entry over" holds for consumers too. The message's last
+attempt (``max_attempts`` 2, one failure before) is held in its handler, its business write
+done, until the database's clock is past its lease ("lease": the entry's ``locked_until``;
+"lock", which writes no entry until it commits: its transaction's start plus the lease).
+Then a redelivery arrives (refused at once, or waiting for the key) and the purge runs: the
+redelivery runs nothing, counts nothing and dead-letters nothing; the purge leaves the entry;
+the held run ends as it would have (executed, or the message's one dead letter).
+
+Tried: this cannot happen. Under "lease" the held run's transaction keeps its entry's row
+lock, which takeovers and the purge skip (``SKIP LOCKED``); under "lock" it keeps the key's
+advisory lock. A redelivery counts a run only once it holds the claim (item 5), so it never
+reads the held run as one that never finished.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models.functions import Now
+
+from idempotency_django import signals
+from idempotency_django.calls import namespaced
+from idempotency_django.consumers import GiveUp
+from idempotency_django.consumers.models import ConsumerFailure
+from idempotency_django.models import IdempotencyEntry
+from idempotency_django.purge import purge
+from tests.lock_helpers import query, wait_for, writer_of_charges
+from tests.test_consumer_failures import received
+from tests.test_consumer_only_runs_count import (
+    MESSAGE,
+    WITHIN,
+    Delivery,
+    seen_waiting,
+    wait,
+)
+from tests.testapp.models import Charge
+
+pytestmark = [pytest.mark.requires_server, pytest.mark.django_db(transaction=True)]
+
+LEASE = 0.5  # seconds
+POLICY = GiveUp(max_attempts=2, backoff=0.0)
+
+
+@pytest.fixture(params=[pytest.param("lock", marks=pytest.mark.requires_postgres), "lease"])
+def protocol(request: pytest.FixtureRequest, settings: Any) -> str:
+    settings.IDEMPOTENCY_PROTOCOL = request.param
+    return str(request.param)
+
+
+class HeldWriting(Delivery):
+    """The last attempt: writes its charge, then waits in its handler (its transaction open)."""
+
+    def handler(self) -> dict[str, int]:
+        charge = Charge.objects.create(reference=self.name, amount=1)
+        self.entered.set()
+        assert self.release.wait(WITHIN), f"{self.name}'s handler was never released"
+        if self.fails:
+            raise RuntimeError(self.name)
+        return {"charge": charge.pk}
+
+
+def lease_passed(chosen: str) -> None:
+    """Until the database's clock is past the held run's lease (under ``chosen``)."""
+    if chosen == "lease":
+        passed = IdempotencyEntry.objects.filter(
+            key=namespaced("consumer", MESSAGE), locked_until__lt=Now()
+        )
+        wait_for(passed.exists, WITHIN, "the held run's lease to pass")
+        return
+    ((started,),) = query(
+        "SELECT xact_start FROM pg_stat_activity WHERE pid = %s", (writer_of_charges(),)
+    )
+    moment = started + timedelta(seconds=LEASE)
+    wait_for(lambda: query("SELECT clock_timestamp() > %s", (moment,))[0][0], WITHIN, "lease")
+
+
+@pytest.mark.parametrize("redelivery", ["refused", "waits"])
+@pytest.mark.parametrize("last_run", ["succeeds", "fails"])
+def test_a_last_attempt_past_its_lease_is_never_dead_lettered_while_it_runs(
+    protocol: str,
+    redelivery: str,
+    last_run: str,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    settings.IDEMPOTENCY_LEASE = LEASE
+    assert Delivery("before", POLICY, fails=True).start().done().outcome == "failed"
+    held = HeldWriting("last", POLICY, fails=last_run == "fails", held=True)
+    with received(signals.dead_lettered) as dead:
+        held.start()
+        wait(held.entered, "the last attempt is running")
+        lease_passed(protocol)
+        other = Delivery("redelivered", POLICY, fails=False)
+        if redelivery == "waits":
+            settings.IDEMPOTENCY_WAIT = WITHIN
+            with seen_waiting(monkeypatch, other):
+                other.start()
+            wait(other.waiting, "the redelivery waits for the key")
+        else:
+            other.start().done()
+        swept = purge()
+        if protocol == "lease":
+            assert IdempotencyEntry.objects.filter(key=namespaced("consumer", MESSAGE)).exists()
+        held.release.set()
+        last, again = held.done(), other.done()
+
+    assert not other.entered.is_set(), "the redelivery ran while the last attempt still ran"
+    assert swept.abandoned == 0
+    if redelivery == "refused":
+        assert (again.action, again.outcome, again.failures) == ("retry", "in_progress", 0)
+    if last_run == "succeeds":
+        assert (last.action, last.outcome) == ("ack", "executed")
+        assert list(Charge.objects.values_list("reference", flat=True)) == ["last"]
+        assert not ConsumerFailure.objects.exists()
+        assert dead == []
+        if redelivery == "waits":
+            assert (again.action, again.outcome) == ("ack", "replayed")
+        return
+    assert (last.action, last.outcome, last.failures) == ("dead_letter", "exhausted", 2)
+    assert not Charge.objects.exists()
+    assert list(ConsumerFailure.objects.values_list("failures", flat=True)) == [2]
+    assert {(d["attempts"], d["uncertain"]) for d in dead} == {(2, False)}
+    if redelivery == "waits":
+        # It waited through the last attempt, which gave the message up: a dead letter too,
+        # never run (in flight together with it).
+        assert (again.action, again.outcome, again.failures) == ("dead_letter", "exhausted", 2)
