@@ -240,12 +240,13 @@ def _raise(error: BaseException) -> None:
 # --- the store away around the handler: retried or logged, never raised -------------------------
 
 
+@pytest.mark.parametrize("step", ["seen_dead", "started"])  # as it arrives, once it holds it
 def test_the_store_away_counting_a_delivery_is_a_retry_and_the_handler_does_not_run(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
     from idempotency_django.consumers import failures
 
-    monkeypatch.setattr(failures, "started", lambda *args: _raise(OperationalError("gone")))
+    monkeypatch.setattr(failures, step, lambda *args: _raise(OperationalError("gone")))
     verdict = consume("m", lambda: charge("m"), policy=FAST)
     assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
     assert verdict.delay == FAST.unavailable_delay
@@ -344,12 +345,36 @@ def test_a_failure_the_run_could_not_note_is_counted_after_its_rollback(
 
 
 def test_a_run_whose_claim_is_taken_over_before_it_begins_takes_its_count_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from idempotency_django._storage.store import lease
+    from idempotency_django.consumers import failures
 
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    assert consume("m", fails, policy=FAST, protocol="lease").failures == 1
     monkeypatch.setattr(lease, "hold", lambda *args: False)  # its lease passed before its lock
     verdict = consume("m", lambda: charge("m"), policy=FAST, protocol="lease")
     assert (verdict.action, verdict.outcome) == ("retry", "in_progress")
-    assert not ConsumerFailure.objects.exists()
+    assert list(ConsumerFailure.objects.values_list("failures", flat=True)) == [1]
+    assert consume("n", lambda: charge("n"), policy=FAST, protocol="lease").action == "retry"
+    assert not ConsumerFailure.objects.filter(key__endswith="n").exists()
     assert not Charge.objects.exists()
+    # The store away as it takes the count back: logged, still a retry.
+    monkeypatch.setattr(failures, "uncount", lambda *args: _raise(OperationalError("gone")))
+    assert consume("o", lambda: charge("o"), policy=FAST, protocol="lease").action == "retry"
+    assert "could not take back a delivery's count" in caplog.text
+
+
+def test_a_count_whose_row_vanished_before_it_was_counted_counts_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import IntegrityError
+    from django.db.models import QuerySet
+
+    from idempotency_django.consumers import failures
+
+    # Its INSERT met a row that the purge then deleted before the UPDATE.
+    monkeypatch.setattr(QuerySet, "create", lambda *a, **k: _raise(IntegrityError()))
+    assert failures.started("default", "", "consumer\x1fm", None) == 1

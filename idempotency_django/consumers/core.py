@@ -59,7 +59,8 @@ def consume(
     and handed to duplicates as ``Verdict.result``. ``attempt`` is the broker's
     own count of this message's failures so far plus one (e.g. Celery's
     ``retries + 1``); without it each run is counted in ``ConsumerFailure``
-    before it starts. An id (or tenant) the store cannot hold is a dead letter.
+    before it starts, by the delivery holding the claim only (:mod:`.counting`).
+    An id (or tenant) the store cannot hold is a dead letter.
     """
     rules = policy or GiveUp()
     using = database or default_alias()
