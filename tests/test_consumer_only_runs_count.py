@@ -8,9 +8,12 @@ waiting for the claim or stopped before it), never on a sleep.
 
 The matrix: ``max_attempts`` 1, 2, 3 by how the redelivery meets the first run (it waits for
 it; it arrives while it runs and claims once it failed; it is refused while it runs; it
-comes after the failure; after the success). Each time: no message dead-lettered and
-executed by deliveries in flight together, and the failures counted (in the verdicts and
-in ``ConsumerFailure``) are the handler runs that raised.
+comes after the failure; after the success), the later deliveries succeeding, or (for 2
+and 3) failing too. Each time: no message dead-lettered and executed by deliveries in
+flight together, and the failures counted (in the verdicts and in ``ConsumerFailure``) are
+the handler runs that raised. A delivery that arrives once the message is a dead letter
+(max_attempts 1, "refused" and "after_failure") is the message sent again: it starts afresh,
+as docs/consumers.rst says.
 """
 
 from __future__ import annotations
@@ -136,15 +139,16 @@ def stops(monkeypatch: pytest.MonkeyPatch, delivery: Delivery) -> None:
     monkeypatch.setattr(consumer_core, "idempotent_call", gate)
 
 
-# --- the interleavings: the first delivery fails (but "after_success"), the second succeeds -----
+# --- the interleavings: the first delivery fails (but "after_success"); ``later``: the ones
+# --- after it fail too
 
 
-def waits(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
+def waits(policy: GiveUp, later: bool, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
     """The redelivery arrives while the first runs and waits for it (IDEMPOTENCY_WAIT)."""
     settings.IDEMPOTENCY_WAIT = WITHIN
     first = Delivery("first", policy, fails=True, held=True).start()
     wait(first.entered, "the first run started")
-    second = Delivery("second", policy, fails=False)
+    second = Delivery("second", policy, fails=later)
     with seen_waiting(mp, second):
         second.start()
     wait(second.waiting, "the redelivery waits for the running one")
@@ -153,11 +157,13 @@ def waits(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Deliver
     return [first, second]
 
 
-def claims_after(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
+def claims_after(
+    policy: GiveUp, later: bool, mp: pytest.MonkeyPatch, settings: Any
+) -> list[Delivery]:
     """It arrives while the first runs, and reaches its claim once the first failed."""
     first = Delivery("first", policy, fails=True, held=True).start()
     wait(first.entered, "the first run started")
-    second = Delivery("second", policy, fails=False)
+    second = Delivery("second", policy, fails=later)
     stops(mp, second)
     second.start()
     wait(second.at_claim, "the redelivery arrived")
@@ -168,30 +174,34 @@ def claims_after(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[
     return [first, second]
 
 
-def refused(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
+def refused(policy: GiveUp, later: bool, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
     """It is told to retry while the first runs (no wait); a third comes after the failure."""
     first = Delivery("first", policy, fails=True, held=True).start()
     wait(first.entered, "the first run started")
-    second = Delivery("second", policy, fails=False).start()
+    second = Delivery("second", policy, fails=later).start()
     second.done()
     first.release.set()
     first.done()
-    return [first, second, Delivery("third", policy, fails=False).start()]
+    return [first, second, Delivery("third", policy, fails=later).start()]
 
 
-def after_failure(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
+def after_failure(
+    policy: GiveUp, later: bool, mp: pytest.MonkeyPatch, settings: Any
+) -> list[Delivery]:
     first = Delivery("first", policy, fails=True).start()
     first.done()
-    return [first, Delivery("second", policy, fails=False).start()]
+    return [first, Delivery("second", policy, fails=later).start()]
 
 
-def after_success(policy: GiveUp, mp: pytest.MonkeyPatch, settings: Any) -> list[Delivery]:
+def after_success(
+    policy: GiveUp, later: bool, mp: pytest.MonkeyPatch, settings: Any
+) -> list[Delivery]:
     first = Delivery("first", policy, fails=False).start()
     first.done()
-    return [first, Delivery("second", policy, fails=False).start()]
+    return [first, Delivery("second", policy, fails=later).start()]
 
 
-Interleaving = Callable[[GiveUp, pytest.MonkeyPatch, Any], list[Delivery]]
+Interleaving = Callable[[GiveUp, bool, pytest.MonkeyPatch, Any], list[Delivery]]
 INTERLEAVINGS: dict[str, Interleaving] = {
     "waits": waits,
     "claims_after": claims_after,
@@ -203,17 +213,23 @@ INTERLEAVINGS: dict[str, Interleaving] = {
 IN_FLIGHT = {"waits": 2, "claims_after": 2, "refused": 2, "after_failure": 1, "after_success": 1}
 
 
-@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("max_attempts", "later_fails"),
+    # After a dead letter (max_attempts 1) a failing message starts a new series: left out.
+    [(1, False), (2, False), (3, False), (2, True), (3, True)],
+    ids=["1", "2", "3", "2-both-fail", "3-both-fail"],
+)
 @pytest.mark.parametrize("interleaving", list(INTERLEAVINGS))
 def test_a_redelivery_never_counts_unless_it_runs(
     protocol: str,
     max_attempts: int,
+    later_fails: bool,
     interleaving: str,
     monkeypatch: pytest.MonkeyPatch,
     settings: Any,
 ) -> None:
     policy = GiveUp(max_attempts=max_attempts, backoff=0.0)
-    deliveries = INTERLEAVINGS[interleaving](policy, monkeypatch, settings)
+    deliveries = INTERLEAVINGS[interleaving](policy, later_fails, monkeypatch, settings)
     verdicts = [delivery.done() for delivery in deliveries]
     seen = [
         (d.name, v.action, v.outcome, v.failures) for d, v in zip(deliveries, verdicts, strict=True)
@@ -246,7 +262,13 @@ def test_a_redelivery_never_counts_unless_it_runs(
         "exhausted" if max_attempts == 1 else "failed",
         1,
     ), seen
-    if max_attempts > 1:
+    if later_fails:
+        last = verdicts[-1]
+        assert (last.action, last.failures) == (
+            "dead_letter" if max_attempts == 2 else "retry",
+            2,
+        ), seen
+    elif max_attempts > 1:
         assert executed, f"the redelivery after a retried failure must run: {seen}"
     elif interleaving in ("waits", "claims_after"):
         # In flight when the first run was given up on: a dead letter too, never run.
