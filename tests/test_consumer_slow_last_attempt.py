@@ -30,7 +30,7 @@ from idempotency_django.consumers import GiveUp
 from idempotency_django.consumers.models import ConsumerFailure
 from idempotency_django.models import IdempotencyEntry
 from idempotency_django.purge import purge
-from tests.lock_helpers import query, wait_for, writer_of_charges
+from tests.lock_helpers import backend_alive, query, wait_for, writer_of_charges
 from tests.test_consumer_failures import received
 from tests.test_consumer_only_runs_count import (
     MESSAGE,
@@ -130,3 +130,40 @@ def test_a_last_attempt_past_its_lease_is_never_dead_lettered_while_it_runs(
         # It waited through the last attempt, which gave the message up: a dead letter too,
         # never run (in flight together with it).
         assert (again.action, again.outcome, again.failures) == ("dead_letter", "exhausted", 2)
+
+
+@pytest.mark.requires_postgres  # IDEMPOTENCY_IDLE_TIMEOUT bounds PostgreSQL's idle transactions
+@pytest.mark.parametrize("ended_by", ["idle_timeout", "terminated"])
+def test_a_last_attempt_whose_transaction_the_server_ended_is_not_run_again(
+    protocol: str, ended_by: str, settings: Any
+) -> None:
+    """Its handler idle in its transaction past ``IDEMPOTENCY_IDLE_TIMEOUT`` (a slow outside
+    call), or its session terminated by an operator: PostgreSQL ends the session, the key is
+    free, and the next delivery finds the last attempt lost (``RunsLost``, uncertain: it may
+    have reached that outside service). The held run then learns it cannot commit (a failure
+    of its record, or the store away): given up on while it ran, it is a dead letter too,
+    never a retry (the broker would deliver it again, and it would run afresh)."""
+    settings.IDEMPOTENCY_LEASE = LEASE
+    settings.IDEMPOTENCY_IDLE_TIMEOUT = 1 if ended_by == "idle_timeout" else 300
+    assert Delivery("before", POLICY, fails=True).start().done().outcome == "failed"
+    held = HeldWriting("last", POLICY, fails=False, held=True)
+    with received(signals.dead_lettered) as dead:
+        held.start()
+        wait(held.entered, "the last attempt is running")
+        pid = wait_for(writer_of_charges, WITHIN, "the last attempt's backend")
+        if ended_by == "terminated":
+            query("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_for(lambda: not backend_alive(pid), WITHIN, "the server to end it")
+        if protocol == "lease":
+            lease_passed(protocol)
+        other = Delivery("redelivered", POLICY, fails=False).start()
+        lost = other.done()
+        held.release.set()
+        last = held.done()
+
+    assert not other.entered.is_set()
+    assert (lost.action, lost.outcome, lost.failures) == ("dead_letter", "exhausted", 2)
+    assert "never finished" in str(lost.error)
+    assert (last.action, last.outcome, last.failures) == ("dead_letter", "exhausted", 2), last
+    assert not Charge.objects.exists()
+    assert [d["uncertain"] for d in dead] == [True, False]

@@ -106,6 +106,9 @@ def consume(
         if classify.store_away(failed, using):
             _reconnect_if_broken(using)
             _uncount(using, tenant, key, runs)
+            given = _given_up_since(runs)
+            if given is not None:  # its claim lost, the message given up on meanwhile
+                return _give_up(using, tenant, key, attempt, failed, given, None, marked=True)
             return _unavailable(using, rules, failed)
         return _failed(using, tenant, key, rules, attempt, failed, ran[0] if ran else None, runs)
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
@@ -198,6 +201,13 @@ def _uncount(using: str, tenant: str, key: str, runs: RunCount | None) -> None:
         logger.warning("consumer: could not take back a delivery's count (store away)")
 
 
+def _given_up_since(runs: RunCount | None) -> int | None:
+    try:
+        return None if runs is None else runs.given_up_since()
+    except UNAVAILABLE_ERRORS:
+        return None  # the store is away: a retry finds out
+
+
 async def aconsume(message_id: str, handler: Callable[[], Any], **options: Any) -> Verdict:
     """:func:`consume` for ``async`` consumers: the handler (sync) runs in a worker thread."""
     from asgiref.sync import sync_to_async
@@ -244,16 +254,18 @@ def _failed(
     sender: str = "consumer",
 ) -> Verdict:
     noted = runs.noted if runs is not None else None
+    marked = noted is not None  # while the run held the claim
     if noted is None:
         try:
             noted = _count(using, tenant, key, rules, attempt, error, runs)
+        except GivenUpMeanwhile as given:  # the run lost its claim: a dead letter already
+            noted, marked = Noted(given.failures, 0.0, exhausted=True), True
         except UNAVAILABLE_ERRORS as away:
             return _unavailable(using, rules, away)
     if not noted.exhausted:
         logger.info("consumer: handler failed (%d so far): %r", noted.failures, error)
         delay = rules.delay(noted.failures)
         return Verdict(RETRY, delay, "failed", error=error, failures=noted.failures)
-    marked = runs is not None and runs.noted is not None  # while the run held the claim
     lost = isinstance(error, RunsLost)
     return _give_up(
         using, tenant, key, attempt, error, noted.failures, call, sender, lost=lost, marked=marked

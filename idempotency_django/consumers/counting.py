@@ -93,13 +93,25 @@ class RunCount:
         except DatabaseError as away:  # counted after the rollback instead, if it can be
             logger.warning("consumer: could not note a failure while holding it (%r)", away)
 
+    def given_up_since(self) -> int | None:
+        """After its store went away: the failures of a dead letter made since this run
+        began (it lost its claim, and another delivery gave the message up), if any."""
+        from idempotency_django.consumers import failures as table
+
+        if not (self.runs and self.durable):
+            return None
+        return table.given_up_since(self.using, self.tenant, self.key, self.dead_before)
+
     def _note(self, error: Exception) -> Noted:
         from idempotency_django.consumers import failures as table
 
         if isinstance(error, RunsLost):
             failures, age = self.runs - 1, 0.0
         else:
-            failures, age = table.count(self.using, self.tenant, self.key, error, add=0)
+            try:
+                failures, age = table.count(self.using, self.tenant, self.key, error, add=0)
+            except GivenUpMeanwhile as given:  # it lost its claim: a dead letter already
+                return Noted(given.failures, 0.0, exhausted=True)
         exhausted = isinstance(error, RunsLost) or self.rules.exhausted(failures, age)
         if exhausted:
             table.gave_up(self.using, self.tenant, self.key, failures, error)

@@ -45,9 +45,7 @@ def started(using: str, tenant: str, key: str, dead_before: datetime | None) -> 
         if not (rows.filter(dead_at=None).update(failures=F("failures") + 1)) and not (
             _sent_again(rows, dead_before)
         ):
-            dead = rows.values_list("failures", flat=True).first()
-            if dead is not None:
-                raise GivenUpMeanwhile(dead)
+            _given_up(rows)
         runs = rows.values_list("failures", flat=True).first()
     return runs or 1
 
@@ -114,12 +112,16 @@ def count(
     """Add ``add`` failures (0: the run was counted when it started) and note ``error``;
     return the failures so far and the first one's age in seconds.
 
-    Its own short transaction, after the handler's rolled back: the count survives
-    the consumer (a SIGKILL, a redeploy), so a poison message is given up on.
+    Its own short transaction: the count survives the consumer (a SIGKILL, a
+    redeploy), so a poison message is given up on. A run counted when it started
+    whose message was given up on meanwhile (it lost its claim: the server ended its
+    transaction, another delivery found it lost) raises :class:`GivenUpMeanwhile`.
     """
     rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
     noted = repr(error)[:2000]
     with transaction.atomic(using=using):
+        if not add:
+            _given_up(rows)
         _restart_dead(rows, runs=0)  # a task given up on before, run again
         if not rows.update(failures=F("failures") + add, last_error=noted):
             try:
@@ -135,6 +137,20 @@ def count(
         )
     age: timedelta = current - first
     return failures, max(0.0, age.total_seconds())
+
+
+def _given_up(rows: QuerySet[ConsumerFailure]) -> None:
+    dead = rows.exclude(dead_at=None).values_list("failures", flat=True).first()
+    if dead is not None:
+        raise GivenUpMeanwhile(dead)
+
+
+def given_up_since(using: str, tenant: str, key: str, dead_before: datetime | None) -> int | None:
+    """The failures of a dead letter made since a delivery arrived (``dead_before``), if any."""
+    rows = ConsumerFailure.objects.using(using).filter(tenant=tenant, key=key)
+    if dead_before is not None:
+        rows = rows.filter(dead_at__gt=dead_before)
+    return rows.exclude(dead_at=None).values_list("failures", flat=True).first()
 
 
 def forget(using: str, tenant: str, key: str) -> None:
