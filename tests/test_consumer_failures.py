@@ -378,3 +378,49 @@ def test_a_count_whose_row_vanished_before_it_was_counted_counts_one(
     # Its INSERT met a row that the purge then deleted before the UPDATE.
     monkeypatch.setattr(QuerySet, "create", lambda *a, **k: _raise(IntegrityError()))
     assert failures.started("default", "", "consumer\x1fm", None) == 1
+
+
+@pytest.mark.django_db(transaction=True)  # its count outlives its rollback (not a caller's)
+def test_a_run_given_up_on_by_another_delivery_before_its_failure_is_counted_is_dead_lettered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.consumers import failures
+
+    real = failures.count
+
+    def lost_meanwhile(using: str, tenant: str, key: str, *args: Any, **kw: Any) -> Any:
+        # Its claim lost (the server ended its transaction), another delivery gave up first.
+        failures.gave_up(using, tenant, key, 3, RuntimeError("lost"))
+        return real(using, tenant, key, *args, **kw)
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    monkeypatch.setattr(failures, "count", lost_meanwhile)
+    verdict = consume("m", fails, policy=FAST)
+    assert (verdict.action, verdict.outcome, verdict.failures) == ("dead_letter", "exhausted", 3)
+    assert list(ConsumerFailure.objects.values_list("failures", "last_error")) == [
+        (3, "RuntimeError('lost')")
+    ]
+
+
+@pytest.mark.parametrize("asking", ["answers", "away"])
+def test_a_dead_letter_sent_again_whose_store_goes_away_is_a_retry(
+    monkeypatch: pytest.MonkeyPatch, asking: str
+) -> None:
+    from idempotency_django._protocol.execution import Run
+    from idempotency_django.consumers import failures
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    for _ in range(FAST.max_attempts):
+        consume("m", fails, policy=FAST)
+    assert ConsumerFailure.objects.get().dead_at is not None
+    monkeypatch.setattr(Run, "record", lambda *a, **k: _raise(OperationalError("gone")))
+    if asking == "away":
+        monkeypatch.setattr(failures, "given_up_since", lambda *a: _raise(OperationalError("x")))
+    # Sent again, it starts afresh; its store away, it is given up on by no one since: a retry.
+    verdict = consume("m", lambda: charge("m"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
+    assert not Charge.objects.exists()

@@ -10,10 +10,17 @@ Then a redelivery arrives (refused at once, or waiting for the key) and the purg
 redelivery runs nothing, counts nothing and dead-letters nothing; the purge leaves the entry;
 the held run ends as it would have (executed, or the message's one dead letter).
 
-Tried: this cannot happen. Under "lease" the held run's transaction keeps its entry's row
-lock, which takeovers and the purge skip (``SKIP LOCKED``); under "lock" it keeps the key's
-advisory lock. A redelivery counts a run only once it holds the claim (item 5), so it never
-reads the held run as one that never finished.
+Tried: while the run's transaction is open this cannot happen. Under "lease" the held run's
+transaction keeps its entry's row lock, which takeovers and the purge skip (``SKIP
+LOCKED``); under "lock" it keeps the key's advisory lock. A redelivery counts a run only once
+it holds the claim (item 5), so it never reads the held run as one that never finished.
+
+What did happen on 0.5: once the server ends the held run's transaction (its handler idle
+past ``IDEMPOTENCY_IDLE_TIMEOUT``, or its session terminated) while the handler still runs,
+the next delivery rightly finds the run lost and dead-letters the message; the held run,
+told it could not commit, answered "retry" (its failure note even restarted the dead
+letter's count), so the broker delivered it again and it ran afresh: dead-lettered and
+executed. It is now a dead letter too.
 """
 
 from __future__ import annotations

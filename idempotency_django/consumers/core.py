@@ -106,9 +106,9 @@ def consume(
         if classify.store_away(failed, using):
             _reconnect_if_broken(using)
             _uncount(using, tenant, key, runs)
-            given = _given_up_since(runs)
-            if given is not None:  # its claim lost, the message given up on meanwhile
-                return _give_up(using, tenant, key, attempt, failed, given, None, marked=True)
+            dead = _given_up_since(runs)
+            if dead is not None:  # its claim lost, the message given up on meanwhile
+                return _give_up(using, tenant, key, attempt, failed, dead, None, marked=True)
             return _unavailable(using, rules, failed)
         return _failed(using, tenant, key, rules, attempt, failed, ran[0] if ran else None, runs)
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
