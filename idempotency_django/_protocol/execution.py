@@ -85,10 +85,9 @@ class Run:
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
 
-    def _claimed(self, claim: Claim, inside: bool) -> None:
+    def _claimed(self, inside: bool) -> None:
         if self.guard is not None:
             self.guard.claimed(inside)
-        self._claim, self.running = claim, True
 
     @contextmanager
     def _body(self) -> Iterator[Run]:
@@ -234,7 +233,8 @@ def _claim_loop(attempt: _Attempt, own: bool) -> Iterator[Run]:
                         # prepared statement (a round trip, and each parsed again after).
                         refused, claim = exc, None
                     if claim is not None:
-                        run._claimed(claim, inside=True)
+                        run._claimed(inside=True)
+                        run._claim, run.running = claim, True
                         with run._body():
                             yield run
                         return
@@ -291,8 +291,7 @@ def _claim_first(attempt: _Attempt) -> Iterator[Run]:
         yield run
         return
     try:
-        if run.guard is not None:
-            run.guard.claimed(inside=False)  # in autocommit: before the body's transaction
+        run._claimed(inside=False)  # in autocommit: before the body's transaction
         with transaction.atomic(using=target.using):
             if not attempt.proto.hold(claim, target, attempt.bounded):
                 # Taken over between our claim and our lock: the other request runs it.

@@ -259,7 +259,7 @@ def _failed(
         try:
             noted = _count(using, tenant, key, rules, attempt, error, runs)
         except GivenUpMeanwhile as given:  # the run lost its claim: a dead letter already
-            noted, marked = Noted(given.failures, 0.0, exhausted=True), True
+            noted, marked = Noted(given.failures, exhausted=True), True
         except UNAVAILABLE_ERRORS as away:
             return _unavailable(using, rules, away)
     if not noted.exhausted:
@@ -284,14 +284,12 @@ def _count(
     """The failures so far, counted after the rollback (the run could not note them)."""
     from idempotency_django.consumers import failures as table
 
-    if attempt is not None:
-        failures, age = attempt, 0.0
-    elif isinstance(error, RunsLost) and runs is not None:
-        failures, age = runs.runs - 1, 0.0
-    else:
-        counted = runs is not None and runs.runs > 0 and runs.durable
-        failures, age = table.count(using, tenant, key, error, add=0 if counted else 1)
-    return Noted(failures, age, isinstance(error, RunsLost) or rules.exhausted(failures, age))
+    if runs is not None:
+        return runs.tally(error)
+    failures, age = (
+        (attempt, 0.0) if attempt is not None else table.count(using, tenant, key, error, add=1)
+    )
+    return Noted(failures, rules.exhausted(failures, age))
 
 
 def _give_up(

@@ -37,10 +37,9 @@ class RunsLost(Exception):
 
 @dataclass(frozen=True)
 class Noted:
-    """A failure noted while the run still held the claim; ``exhausted``: given up on."""
+    """A run's failure, counted: the failures so far; ``exhausted``: the message given up."""
 
     failures: int
-    age: float
     exhausted: bool
 
 
@@ -102,20 +101,28 @@ class RunCount:
             return None
         return table.given_up_since(self.using, self.tenant, self.key, self.dead_before)
 
-    def _note(self, error: Exception) -> Noted:
+    def tally(self, error: Exception) -> Noted:
+        """The failures so far, this run's included (counted when it started, unless a
+        caller's transaction took that back); raises :class:`GivenUpMeanwhile` if the run
+        lost its claim and another delivery gave the message up."""
         from idempotency_django.consumers import failures as table
 
         if isinstance(error, RunsLost):
-            failures, age = self.runs - 1, 0.0
-        else:
-            try:
-                failures, age = table.count(self.using, self.tenant, self.key, error, add=0)
-            except GivenUpMeanwhile as given:  # it lost its claim: a dead letter already
-                return Noted(given.failures, 0.0, exhausted=True)
-        exhausted = isinstance(error, RunsLost) or self.rules.exhausted(failures, age)
-        if exhausted:
-            table.gave_up(self.using, self.tenant, self.key, failures, error)
-        return Noted(failures, age, exhausted)
+            return Noted(self.runs - 1, exhausted=True)
+        add = 0 if self.runs and self.durable else 1
+        failures, age = table.count(self.using, self.tenant, self.key, error, add=add)
+        return Noted(failures, self.rules.exhausted(failures, age))
+
+    def _note(self, error: Exception) -> Noted:
+        from idempotency_django.consumers import failures as table
+
+        try:
+            noted = self.tally(error)
+        except GivenUpMeanwhile as given:  # a dead letter already
+            return Noted(given.failures, exhausted=True)
+        if noted.exhausted:
+            table.gave_up(self.using, self.tenant, self.key, noted.failures, error)
+        return noted
 
 
 def _rows_lock(using: str) -> bool:
