@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from idempotency_django import databases, signals
 from idempotency_django._conf import as_timedelta, conf
-from idempotency_django._protocol.execution import Run, claimed
+from idempotency_django._protocol.execution import Guard, Run, claimed
 from idempotency_django._protocol.fingerprint import (
     arguments_digest,
     bound_arguments,
@@ -72,6 +72,7 @@ def idempotent_call(
     wait: float | timedelta | None = None,
     serializer: Serializer | None = None,
     origin: str = "call",
+    guard: Guard | None = None,
 ) -> Iterator[IdempotentCall]:
     """Run the ``with`` body at most once per (scope, tenant, key); see the module docstring.
 
@@ -81,6 +82,8 @@ def idempotent_call(
     execution holds the key, after waiting ``wait`` seconds) or
     ``StoreUnavailable``; an ``IdempotencyError`` raised by the body (a nested
     call refused) comes out as ``NestedRefusal``, never as this call's own. ``origin`` names the caller in signals (``"task"``).
+    ``guard`` (an :class:`~._protocol.execution.Guard`) is told when the claim is
+    this call's and when its body failed while still holding it (the consumers' count).
     """
     check_options("idempotent_call", ttl=ttl, wait=wait, protocol=protocol)
     using = database or databases.default_alias()
@@ -98,7 +101,7 @@ def idempotent_call(
     codec = serializer or JSONSerializer()
     chosen = protocol_for(using, protocol or conf.PROTOCOL)
     seen = signals.Observation(origin, key_digest=signals.key_digest(tenant, call._namespaced))
-    seen.slot = Run(chosen)
+    seen.slot = Run(chosen, guard=guard)
     try:
         # Inside a protected view on another database, this call's writes are
         # covered by its own key: not the view's uncovered writes.

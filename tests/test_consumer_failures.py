@@ -115,6 +115,7 @@ def test_a_tasks_own_operational_error_counts_toward_max_attempts() -> None:
     assert task_failed(OperationalError("deadlock detected"), max_attempts=1, **options) is False
 
 
+@pytest.mark.django_db(transaction=True)  # as the docs ask: outside a transaction of one's own
 def test_a_run_that_takes_its_process_down_is_counted_and_then_dead_lettered_unrun() -> None:
     runs: list[str] = []
 
@@ -239,12 +240,13 @@ def _raise(error: BaseException) -> None:
 # --- the store away around the handler: retried or logged, never raised -------------------------
 
 
+@pytest.mark.parametrize("step", ["seen_dead", "started"])  # as it arrives, once it holds it
 def test_the_store_away_counting_a_delivery_is_a_retry_and_the_handler_does_not_run(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
     from idempotency_django.consumers import failures
 
-    monkeypatch.setattr(failures, "started", lambda *args: _raise(OperationalError("gone")))
+    monkeypatch.setattr(failures, step, lambda *args: _raise(OperationalError("gone")))
     verdict = consume("m", lambda: charge("m"), policy=FAST)
     assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
     assert verdict.delay == FAST.unavailable_delay
@@ -274,16 +276,17 @@ def test_a_replay_with_the_brokers_own_count_touches_no_failure_count() -> None:
     assert not ConsumerFailure.objects.exists()
 
 
-def test_a_replay_whose_count_cannot_be_taken_back_still_acks(
+def test_a_replay_touches_no_count(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from idempotency_django.consumers import failures
 
     assert consume("done", lambda: charge("done"), policy=FAST).outcome == "executed"
-    monkeypatch.setattr(failures, "forget", lambda *args: _raise(OperationalError("gone")))
+    for name in ("started", "forget", "uncount", "count"):
+        monkeypatch.setattr(failures, name, lambda *args: _raise(OperationalError("gone")))
     verdict = consume("done", lambda: charge("again"), policy=FAST)
     assert (verdict.action, verdict.outcome) == ("ack", "replayed")
-    assert "could not take back a delivery's count" in caplog.text
+    assert "count" not in caplog.text
     assert list(Charge.objects.values_list("reference", flat=True)) == ["done"]
 
 
@@ -309,4 +312,115 @@ def test_a_dead_letter_whose_count_cannot_be_marked_is_still_a_dead_letter(
 def test_a_message_id_that_is_not_a_str_is_the_programmers_error(message_id: Any) -> None:
     with pytest.raises(TypeError, match="takes the message id as a str"):
         consume(message_id, lambda: charge("never"))
+    assert not Charge.objects.exists()
+
+
+# --- counted by the run holding the claim (tests/test_consumer_only_runs_count.py races it) ------
+
+
+@pytest.mark.requires_server  # SQLite notes it after the rollback anyway (one writer)
+@pytest.mark.django_db(transaction=True)  # the claim's transaction is consume()'s own
+def test_a_failure_the_run_could_not_note_is_counted_after_its_rollback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django.consumers import failures
+
+    real, calls = failures.count, []
+
+    def away_once(*args: Any, **kwargs: Any) -> tuple[int, float]:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OperationalError("the connection noting the failure went away")
+        return real(*args, **kwargs)
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    monkeypatch.setattr(failures, "count", away_once)
+    verdict = consume("bad", fails, policy=FAST)
+    assert (verdict.action, verdict.outcome, verdict.failures) == ("retry", "failed", 1)
+    assert "could not note a failure while holding it" in caplog.text
+    assert len(calls) == 2
+    assert list(ConsumerFailure.objects.values_list("failures", flat=True)) == [1]
+
+
+def test_a_run_whose_claim_is_taken_over_before_it_begins_takes_its_count_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from idempotency_django._storage.store import lease
+    from idempotency_django.consumers import failures
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    assert consume("m", fails, policy=FAST, protocol="lease").failures == 1
+    monkeypatch.setattr(lease, "hold", lambda *args: False)  # its lease passed before its lock
+    verdict = consume("m", lambda: charge("m"), policy=FAST, protocol="lease")
+    assert (verdict.action, verdict.outcome) == ("retry", "in_progress")
+    assert list(ConsumerFailure.objects.values_list("failures", flat=True)) == [1]
+    assert consume("n", lambda: charge("n"), policy=FAST, protocol="lease").action == "retry"
+    assert not ConsumerFailure.objects.filter(key__endswith="n").exists()
+    assert not Charge.objects.exists()
+    # The store away as it takes the count back: logged, still a retry.
+    monkeypatch.setattr(failures, "uncount", lambda *args: _raise(OperationalError("gone")))
+    assert consume("o", lambda: charge("o"), policy=FAST, protocol="lease").action == "retry"
+    assert "could not take back a delivery's count" in caplog.text
+
+
+def test_a_count_whose_row_vanished_before_it_was_counted_counts_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import IntegrityError
+    from django.db.models import QuerySet
+
+    from idempotency_django.consumers import failures
+
+    # Its INSERT met a row that the purge then deleted before the UPDATE.
+    monkeypatch.setattr(QuerySet, "create", lambda *a, **k: _raise(IntegrityError()))
+    assert failures.started("default", "", "consumer\x1fm", None) == 1
+
+
+@pytest.mark.django_db(transaction=True)  # its count outlives its rollback (not a caller's)
+def test_a_run_given_up_on_by_another_delivery_before_its_failure_is_counted_is_dead_lettered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from idempotency_django.consumers import failures
+
+    real = failures.count
+
+    def lost_meanwhile(using: str, tenant: str, key: str, *args: Any, **kw: Any) -> Any:
+        # Its claim lost (the server ended its transaction), another delivery gave up first.
+        failures.gave_up(using, tenant, key, 3, RuntimeError("lost"))
+        return real(using, tenant, key, *args, **kw)
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    monkeypatch.setattr(failures, "count", lost_meanwhile)
+    verdict = consume("m", fails, policy=FAST)
+    assert (verdict.action, verdict.outcome, verdict.failures) == ("dead_letter", "exhausted", 3)
+    assert list(ConsumerFailure.objects.values_list("failures", "last_error")) == [
+        (3, "RuntimeError('lost')")
+    ]
+
+
+@pytest.mark.parametrize("asking", ["answers", "away"])
+def test_a_dead_letter_sent_again_whose_store_goes_away_is_a_retry(
+    monkeypatch: pytest.MonkeyPatch, asking: str
+) -> None:
+    from idempotency_django._protocol.execution import Run
+    from idempotency_django.consumers import failures
+
+    def fails() -> None:
+        raise ValueError("bad payload")
+
+    for _ in range(FAST.max_attempts):
+        consume("m", fails, policy=FAST)
+    assert ConsumerFailure.objects.get().dead_at is not None
+    monkeypatch.setattr(Run, "record", lambda *a, **k: _raise(OperationalError("gone")))
+    if asking == "away":
+        monkeypatch.setattr(failures, "given_up_since", lambda *a: _raise(OperationalError("x")))
+    # Sent again, it starts afresh; its store away, it is given up on by no one since: a retry.
+    verdict = consume("m", lambda: charge("m"), policy=FAST)
+    assert (verdict.action, verdict.outcome) == ("retry", "unavailable")
     assert not Charge.objects.exists()

@@ -233,8 +233,11 @@ def test_two_first_failures_at_once_count_two(monkeypatch: pytest.MonkeyPatch) -
     real_update, calls = QuerySet.update, []
 
     def first_finds_none(self: QuerySet[Any], **fields: Any) -> int:
-        calls.append(fields)
-        return 0 if len(calls) == 1 else real_update(self, **fields)
+        if "dead_at" not in fields:  # the count's own update (not a dead letter's restart)
+            calls.append(fields)
+            if len(calls) == 1:
+                return 0
+        return real_update(self, **fields)
 
     monkeypatch.setattr(QuerySet, "update", first_finds_none)
     assert failures.count("default", "", "consumer\x1fm", Poison())[0] == 2

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
+from typing import Protocol
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
@@ -54,6 +55,21 @@ Matches = Callable[[str], bool]
 logger = logging.getLogger("idempotency_django")
 
 
+class Guard(Protocol):
+    """A caller's own bookkeeping, done while its run holds the claim (a consumer counts
+    its runs: only the delivery that runs the handler counts, never one that waited)."""
+
+    def claimed(self, inside: bool) -> None:
+        """The key is this run's; the body has not begun (raising gives the key back).
+
+        ``inside``: in the body's transaction, whose rollback would take back what the
+        guard writes there (``"lock"``); else between transactions (``"lease"``).
+        """
+
+    def failed(self, error: BaseException) -> None:
+        """The body raised, in its transaction: not rolled back yet, the key still this run's."""
+
+
 @dataclass
 class Run:
     """What :func:`claimed` found: an answer to replay, or a claim to run the body under."""
@@ -65,8 +81,23 @@ class Run:
     waited_seconds: float = 0.0
     running: bool = False  # the caller's body has started: its errors are its own
     recording: bool = False  # the body has returned: its answer is being stored, then committed
+    guard: Guard | None = field(default=None, repr=False)
     _claim: Claim | None = field(default=None, repr=False)
     _ttl: timedelta = field(default=timedelta(0), repr=False)
+
+    def _claimed(self, inside: bool) -> None:
+        if self.guard is not None:
+            self.guard.claimed(inside)
+
+    @contextmanager
+    def _body(self) -> Iterator[Run]:
+        """Where the caller's body runs, in its transaction: a failure goes to the guard."""
+        try:
+            yield self
+        except BaseException as error:
+            if self.guard is not None:
+                self.guard.failed(error)
+            raise
 
     def record(self, status: str, answer: StoredResponse, last: bool = False) -> None:
         """Store the final answer in the body's transaction (fenced on the claim's owner).
@@ -202,8 +233,10 @@ def _claim_loop(attempt: _Attempt, own: bool) -> Iterator[Run]:
                         # prepared statement (a round trip, and each parsed again after).
                         refused, claim = exc, None
                     if claim is not None:
+                        run._claimed(inside=True)
                         run._claim, run.running = claim, True
-                        yield run
+                        with run._body():
+                            yield run
                         return
             except DatabaseError as exc:
                 if refused is None:
@@ -258,12 +291,14 @@ def _claim_first(attempt: _Attempt) -> Iterator[Run]:
         yield run
         return
     try:
+        run._claimed(inside=False)  # in autocommit: before the body's transaction
         with transaction.atomic(using=target.using):
             if not attempt.proto.hold(claim, target, attempt.bounded):
                 # Taken over between our claim and our lock: the other request runs it.
                 raise RequestInProgress()
             run._claim, run.running = claim, True
-            yield run
+            with run._body():
+                yield run
     except BaseException:
         _release(attempt.proto, claim)
         raise

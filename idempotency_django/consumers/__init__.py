@@ -18,8 +18,9 @@ or its last runs never finished (process killed)
 the id cannot be stored (empty, NUL, too long)     ``"dead_letter"``, never run
 =================================================  ==================================
 
-Runs are counted durably, before the handler starts, in :class:`~.models.ConsumerFailure`
-(this app in ``INSTALLED_APPS``), or taken from the broker (``attempt=``, a delivery count).
+Runs are counted durably, before the handler starts, by the delivery that holds the claim
+(never one that waited for it), in :class:`~.models.ConsumerFailure` (this app in
+``INSTALLED_APPS``), or taken from the broker (``attempt=``, a delivery count).
 Presets translate the verdict for each broker: ``idempotency_django.consumers.<broker>``.
 """
 

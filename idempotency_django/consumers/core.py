@@ -15,6 +15,7 @@ from django.db import InterfaceError, OperationalError, connections
 from idempotency_django import signals
 from idempotency_django.calls import IdempotentCall, idempotent_call, namespaced
 from idempotency_django.consumers import classify
+from idempotency_django.consumers.counting import GivenUpMeanwhile, Noted, RunCount, RunsLost
 from idempotency_django.consumers.policy import ACK, DEAD_LETTER, RETRY, GiveUp, Verdict
 from idempotency_django.databases import default_alias
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
@@ -39,11 +40,6 @@ def current_call() -> IdempotentCall:
     return call
 
 
-class RunsLost(Exception):
-    """A message's last runs never finished: each took its process down (SIGKILL, the
-    OOM killer, a segfault). It is dead-lettered without running again."""
-
-
 def consume(
     message_id: str,
     handler: Callable[[], Any],
@@ -63,7 +59,8 @@ def consume(
     and handed to duplicates as ``Verdict.result``. ``attempt`` is the broker's
     own count of this message's failures so far plus one (e.g. Celery's
     ``retries + 1``); without it each run is counted in ``ConsumerFailure``
-    before it starts. An id (or tenant) the store cannot hold is a dead letter.
+    before it starts, by the delivery holding the claim only (:mod:`.counting`).
+    An id (or tenant) the store cannot hold is a dead letter.
     """
     rules = policy or GiveUp()
     using = database or default_alias()
@@ -76,7 +73,7 @@ def consume(
         _require_table()
     _reconnect_if_broken(using)
     try:
-        runs = _started(using, tenant, key) if attempt is None else 0
+        runs = None if attempt is not None else _arrived(using, tenant, key, rules)
     except UNAVAILABLE_ERRORS as away:
         return _unavailable(using, rules, away)
     ran: list[IdempotentCall] = []  # the call the handler ran in, if it ran
@@ -89,33 +86,31 @@ def consume(
             protocol=protocol,
             ttl=ttl,
             origin="consumer",
+            guard=runs,
         ) as call:
             if not call.replayed:
-                if runs > rules.max_attempts:
-                    raise RunsLost(
-                        f"its last {runs - 1} run(s) never finished: the handler takes its "
-                        "process down (killed, out of memory, crashed)"
-                    )
+                if runs is not None:
+                    runs.check()
                 ran.append(call)
                 call.result = _run(call, handler)
-                if attempt is None:
+                if runs is not None:
                     from idempotency_django.consumers import failures
 
                     failures.forget(using, tenant, key)  # commits with the result
-    except RunsLost as lost:
-        return _give_up(using, tenant, key, attempt, lost, runs - 1, None, "consumer", lost=True)
+    except GivenUpMeanwhile as given:
+        return _give_up(using, tenant, key, attempt, given, given.failures, None, marked=True)
     except RequestInProgress as held:
-        _uncount(using, tenant, key, runs)
+        _uncount(using, tenant, key, runs)  # counted, then taken over before it began
         return Verdict(RETRY, float(held.retry_after), "in_progress", error=held)
     except Exception as failed:  # noqa: BLE001 - the handler's or the store's: rolled back
         if classify.store_away(failed, using):
             _reconnect_if_broken(using)
             _uncount(using, tenant, key, runs)
+            dead = _given_up_since(runs)
+            if dead is not None:  # its claim lost, the message given up on meanwhile
+                return _give_up(using, tenant, key, attempt, failed, dead, None, marked=True)
             return _unavailable(using, rules, failed)
-        call_ran = ran[0] if ran else None
-        return _failed(using, tenant, key, rules, attempt, failed, call_ran, counted=runs > 0)
-    if call.replayed:
-        _uncount(using, tenant, key, runs, done=True)
+        return _failed(using, tenant, key, rules, attempt, failed, ran[0] if ran else None, runs)
     return Verdict(ACK, outcome="replayed" if call.replayed else "executed", result=call.result)
 
 
@@ -186,25 +181,31 @@ def _require_table() -> None:
         )
 
 
-def _started(using: str, tenant: str, key: str) -> int:
+def _arrived(using: str, tenant: str, key: str, rules: GiveUp) -> RunCount:
+    """The delivery's count, kept by the claim: counted only if this delivery runs."""
     from idempotency_django.consumers import failures
 
-    return failures.started(using, tenant, key)
+    own = not connections[using].in_atomic_block
+    return RunCount(using, tenant, key, rules, own, failures.seen_dead(using, tenant, key))
 
 
-def _uncount(using: str, tenant: str, key: str, runs: int, *, done: bool = False) -> None:
-    """The delivery did not run the handler: take back its count (best effort)."""
-    if not runs:
+def _uncount(using: str, tenant: str, key: str, runs: RunCount | None) -> None:
+    """The run never began or the store went away: take back its count (best effort)."""
+    if runs is None or not (runs.runs and runs.durable):
         return
     from idempotency_django.consumers import failures
 
     try:
-        if done:
-            failures.forget(using, tenant, key)  # done by an earlier delivery
-        else:
-            failures.uncount(using, tenant, key)
+        failures.uncount(using, tenant, key)
     except UNAVAILABLE_ERRORS:
         logger.warning("consumer: could not take back a delivery's count (store away)")
+
+
+def _given_up_since(runs: RunCount | None) -> int | None:
+    try:
+        return None if runs is None else runs.given_up_since()
+    except UNAVAILABLE_ERRORS:
+        return None  # the store is away: a retry finds out
 
 
 async def aconsume(message_id: str, handler: Callable[[], Any], **options: Any) -> Verdict:
@@ -249,24 +250,46 @@ def _failed(
     attempt: int | None,
     error: Exception,
     call: IdempotentCall | None,
+    runs: RunCount | None = None,
     sender: str = "consumer",
-    *,
-    counted: bool = False,
 ) -> Verdict:
+    noted = runs.noted if runs is not None else None
+    marked = noted is not None  # while the run held the claim
+    if noted is None:
+        try:
+            noted = _count(using, tenant, key, rules, attempt, error, runs)
+        except GivenUpMeanwhile as given:  # the run lost its claim: a dead letter already
+            noted, marked = Noted(given.failures, exhausted=True), True
+        except UNAVAILABLE_ERRORS as away:
+            return _unavailable(using, rules, away)
+    if not noted.exhausted:
+        logger.info("consumer: handler failed (%d so far): %r", noted.failures, error)
+        delay = rules.delay(noted.failures)
+        return Verdict(RETRY, delay, "failed", error=error, failures=noted.failures)
+    lost = isinstance(error, RunsLost)
+    return _give_up(
+        using, tenant, key, attempt, error, noted.failures, call, sender, lost=lost, marked=marked
+    )
+
+
+def _count(
+    using: str,
+    tenant: str,
+    key: str,
+    rules: GiveUp,
+    attempt: int | None,
+    error: Exception,
+    runs: RunCount | None,
+) -> Noted:
+    """The failures so far, counted after the rollback (the run could not note them)."""
     from idempotency_django.consumers import failures as table
 
-    try:
-        failures, age = (
-            (attempt, 0.0)
-            if attempt is not None
-            else table.count(using, tenant, key, error, add=0 if counted else 1)
-        )
-    except UNAVAILABLE_ERRORS as away:
-        return _unavailable(using, rules, away)
-    if not rules.exhausted(failures, age):
-        logger.info("consumer: handler failed (%d so far): %r", failures, error)
-        return Verdict(RETRY, rules.delay(failures), "failed", error=error, failures=failures)
-    return _give_up(using, tenant, key, attempt, error, failures, call, sender)
+    if runs is not None:
+        return runs.tally(error)
+    failures, age = (
+        (attempt, 0.0) if attempt is not None else table.count(using, tenant, key, error, add=1)
+    )
+    return Noted(failures, rules.exhausted(failures, age))
 
 
 def _give_up(
@@ -277,11 +300,12 @@ def _give_up(
     error: Exception,
     failures: int,
     call: IdempotentCall | None,
-    sender: str,
+    sender: str = "consumer",
     *,
     lost: bool = False,
+    marked: bool = False,
 ) -> Verdict:
-    if attempt is None:
+    if attempt is None and not marked:
         from idempotency_django.consumers import failures as table
 
         try:
@@ -325,7 +349,7 @@ def task_failed(
     _require_table()
     stored = namespaced(scope, key)
     rules = GiveUp(max_attempts=max_attempts)
-    verdict = _failed(using, tenant, stored, rules, None, error, None, sender="task")
+    verdict = _failed(using, tenant, stored, rules, None, error, None, None, sender="task")
     return verdict.action == DEAD_LETTER
 
 
