@@ -25,6 +25,8 @@ unchanged against an older release: ``--compare PYTHON`` runs it whole, in
 subprocesses, alternately under this checkout and under ``PYTHON`` (a virtualenv
 with, say, 0.4.3 installed; docs/performance.rst says how), ``--runs`` times each,
 and prints both side by side with their ratio and issue 55's targets.
+``--compare DIRECTORY`` does the same with another checkout's package (say, the
+commit before a change: ``git archive``) under this interpreter.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python -m bench.cpu
     ... python -m bench.cpu --compare /tmp/idem_v043/venv/bin/python --runs 2
@@ -159,7 +161,7 @@ def _sample(
     return sample
 
 
-def _pairs() -> dict[str, tuple[Callable[[], float], Callable[[], float]]]:
+def pairs() -> dict[str, tuple[Callable[[], float], Callable[[], float]]]:
     """Each case's (protected, reference) samplers; the replays' keys completed first."""
     pairs = {}
     for case, (_, path, fresh, headers, reference, _) in CASES.items():
@@ -185,18 +187,18 @@ def _check_cache(replay: Callable[[], float]) -> None:
 
 def sweep(rounds: int, blocks: int, warmup: int = 3) -> dict[str, dict[str, list[float]]]:
     """Per case, the round medians of its protected requests and of its reference."""
-    pairs = _pairs()
+    samplers = pairs()
     for _ in range(warmup):
-        for protected, reference in pairs.values():
+        for protected, reference in samplers.values():
             for sample in (protected, reference) * BLOCK:
                 sample()
     found: dict[str, dict[str, list[float]]] = {
-        case: {"library": [], "reference": []} for case in pairs
+        case: {"library": [], "reference": []} for case in samplers
     }
     for _ in range(rounds):
-        spent: dict[str, tuple[list[float], list[float]]] = {case: ([], []) for case in pairs}
+        spent: dict[str, tuple[list[float], list[float]]] = {case: ([], []) for case in samplers}
         for _ in range(blocks):
-            for case, (protected, reference) in pairs.items():
+            for case, (protected, reference) in samplers.items():
                 spent[case][0].extend(protected() for _ in range(BLOCK))
                 spent[case][1].extend(reference() for _ in range(BLOCK))
         for case, (library, plain) in spent.items():
@@ -205,7 +207,7 @@ def sweep(rounds: int, blocks: int, warmup: int = 3) -> dict[str, dict[str, list
     return found
 
 
-def _load() -> str:
+def load() -> str:
     return "/".join(f"{value:.2f}" for value in os.getloadavg())
 
 
@@ -221,7 +223,7 @@ def measure(rounds: int, blocks: int) -> dict[str, Any]:
         import idempotency_django
 
         call_command("migrate", verbosity=0)
-        before = _load()
+        before = load()
         try:
             cases = sweep(rounds, blocks)
         finally:
@@ -230,7 +232,7 @@ def measure(rounds: int, blocks: int) -> dict[str, Any]:
     return {
         "version": idempotency_django.__version__,
         "package": idempotency_django.__file__,
-        "load": [before, _load()],
+        "load": [before, load()],
         "cases": cases,
     }
 
@@ -294,21 +296,31 @@ def comparison(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _child(python: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One whole run in a subprocess; another interpreter runs from a directory holding only
-    this checkout's ``bench`` and ``tests`` (links), so that its own package is imported."""
-    command = [python, "-m", "bench.cpu", "--json", "--rounds", str(args.rounds)]
+def _child(against: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    """One whole run in a subprocess: this checkout's (``against`` None), another
+    interpreter's install, or another checkout's package under this interpreter.
+
+    The other side runs from a directory holding only links to this checkout's ``bench``
+    and ``tests`` (and, for a checkout, to its ``idempotency_django``), so that the
+    package it imports is the one meant, never this checkout's."""
+    python = sys.executable
+    command = ["-m", "bench.cpu", "--json", "--rounds", str(args.rounds)]
     command += ["--blocks", str(args.blocks)]
     env = {key: value for key, value in os.environ.items() if key != "BENCH_DATABASE"}
-    if python == sys.executable:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench_cpu_") as where:
-            for name in ("bench", "tests"):
-                Path(where, name).symlink_to(ROOT / name)
-            done = subprocess.run(command, cwd=where, env=env, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="bench_cpu_") as where:
+        cwd = ROOT
+        if against is not None:
+            cwd = Path(where)
+            links = {name: ROOT / name for name in ("bench", "tests")}
+            if Path(against).is_dir():
+                links["idempotency_django"] = Path(against).resolve() / "idempotency_django"
+            else:
+                python = against
+            for name, target in links.items():
+                (cwd / name).symlink_to(target)
+        done = subprocess.run([python, *command], cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"bench.cpu: {' '.join(command)} failed:\n{done.stderr}")
+        raise SystemExit(f"bench.cpu: {python} {' '.join(command)} failed:\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
 
@@ -318,8 +330,8 @@ def compare(args: argparse.Namespace) -> str:
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
     for index in range(args.runs):
-        for python, runs in ((sys.executable, ours), (args.compare, theirs)):
-            runs.append(_child(python, args))
+        for against, runs in ((None, ours), (args.compare, theirs)):
+            runs.append(_child(against, args))
             print(f"run {index + 1}/{args.runs}: {runs[-1]['version']} done", file=sys.stderr)
     return comparison(merged(ours), merged(theirs))
 
@@ -331,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         "--blocks", type=int, default=6, help=f"blocks of {BLOCK} per case per round (6)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON line (what --compare reads)")
-    parser.add_argument("--compare", metavar="PYTHON", help="another install's interpreter")
+    parser.add_argument(
+        "--compare",
+        metavar="PYTHON_OR_CHECKOUT",
+        help="another install's interpreter, or another checkout (its package, this Python)",
+    )
     parser.add_argument("--runs", type=int, default=2, help="whole runs per side with --compare")
     args = parser.parse_args(argv)
     try:
