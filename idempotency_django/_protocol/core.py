@@ -400,9 +400,12 @@ def bound_request_transaction(alias: str) -> None:
     is the request's, the one ``IDEMPOTENCY_IDLE_TIMEOUT`` is for: without the bound a
     holder lost behind a partition keeps its key for as long as TCP takes to notice.
     """
-    conn = connections[alias]
-    if not conn.settings_dict["ATOMIC_REQUESTS"] or conn.vendor != "postgresql":
+    # Where Django's handler reads it (make_view_atomic): no connection looked up per request.
+    if not connections.settings[alias]["ATOMIC_REQUESTS"]:
         return  # checked first: the common case reads no setting
+    conn = connections[alias]
+    if conn.vendor != "postgresql":
+        return
     idle = conf.IDLE_TIMEOUT
     if idle is None:
         return
