@@ -15,7 +15,11 @@ for docs/performance.rst) give per request, in microseconds of profiled CPU:
   the package back (``atomic()``'s exit running an ``on_commit`` hook) is counted twice.
 
 The profiler's own cost per call inflates small functions: read the shares, not
-the absolute figures (``python -m bench.cpu`` measures without it).
+the absolute figures (``python -m bench.cpu`` measures without it). So first, with
+no cost per call, ``--sampled`` requests of each case under a CPU-time timer
+(``ITIMER_PROF``): each tick is counted for the part of the walk whose code is the
+innermost of the package on the stack (what it calls outside included), or for
+what runs outside the package (the view, Django's handler, the test client).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python -m bench.cpu_profile
 """
@@ -27,12 +31,14 @@ import cProfile
 import datetime
 import pstats
 import re
+import signal
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from bench import cpu, scratch
@@ -160,7 +166,62 @@ class Profile:
         )
 
 
-def _rst(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+# The CPU timer's period: the kernel checks process CPU timers at its tick, so a shorter
+# one is rounded up; what counts is the number of samples, over many requests.
+PERIOD = 0.001
+VIEW = "outside the package: the view, Django's handler, the test client"
+
+
+def sampled(sample: Callable[[], float], requests: int) -> tuple[Counter[str], float]:
+    """Where the process's CPU goes over ``requests`` samples, by a CPU-time timer
+    (``ITIMER_PROF``: user and system time), with no cost per call: each tick is
+    counted for the innermost frame of the package on the stack (its part of the walk,
+    the calls it makes outside included), or for the view and Django around it.
+    Returns the ticks and the CPU spent, in seconds."""
+    ticks: Counter[str] = Counter()
+
+    def tick(signum: int, frame: FrameType | None) -> None:
+        ticks[_innermost(frame)] += 1
+
+    previous = signal.signal(signal.SIGPROF, tick)
+    started = time.process_time()
+    signal.setitimer(signal.ITIMER_PROF, PERIOD, PERIOD)
+    try:
+        for _ in range(requests):
+            sample()
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, previous)
+    return ticks, time.process_time() - started
+
+
+def _innermost(frame: FrameType | None) -> str:
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(str(cpu.ROOT / "bench")):
+            return VIEW
+        module = _package(path)
+        if module is not None:
+            return _area(module)
+        frame = frame.f_back
+    return VIEW
+
+
+def sampled_table(ticks: Counter[str], spent: float, requests: int) -> str:
+    total = sum(ticks.values())
+    per_request = spent / requests * 1e6
+    rows = [
+        (where, f"{count}", f"{100 * count / total:.0f} %", f"{count / total * per_request:.0f}")
+        for where, count in ticks.most_common()
+    ]
+    return (
+        f"sampled: {total} ticks of the CPU timer over {requests} requests, "
+        f"{per_request:.0f} µs of CPU per request in all (no profiler's cost)\n\n"
+        + _rst(("where the CPU timer ticked", "ticks", "share", "µs per request"), rows)
+    )
+
+
+def _rst(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     rule = "  ".join("=" * width for width in widths)
 
@@ -173,6 +234,9 @@ def _rst(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__)
     parser.add_argument("--requests", type=int, default=500, help="profiled requests per case")
+    parser.add_argument(
+        "--sampled", type=int, default=3000, help="requests per case under the CPU timer"
+    )
     parser.add_argument("--top", type=int, default=25, help="rows in the function tables")
     parser.add_argument(
         "--cases",
@@ -198,15 +262,20 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(50):  # warm: imports, one-time set-up
                     protected()
             profiled = {case: _profile(pairs[case][0], args.requests) for case in args.cases}
+            ticked = {case: sampled(pairs[case][0], args.sampled) for case in args.cases}
         finally:
             connections.close_all()
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
     print(
         f"idempotency_django {idempotency_django.__version__}, {now}, load {load} -> {cpu.load()}"
     )
-    print(f"python -m bench.cpu_profile --requests {args.requests} (cProfile, process CPU time)")
+    print(
+        f"python -m bench.cpu_profile --requests {args.requests} --sampled {args.sampled} "
+        "(cProfile and a CPU-time timer)"
+    )
     for case, stats in profiled.items():
         print(f"\n{cpu.CASES[case][0]}, {args.requests} requests\n")
+        print(sampled_table(*ticked[case], args.sampled) + "\n")
         print(Profile.of(stats, args.requests).tables(args.top))
     return 0
 
