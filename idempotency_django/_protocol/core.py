@@ -173,8 +173,10 @@ def protect(
     seen = signals.Observation("http", request.method, _route(request))
     token = None
     try:
-        with store_errors():  # a resolver may load the session's user from the database
+        try:  # a resolver may load the session's user from the database
             tenant = check_tenant(tenant_of())
+        except (OperationalError, InterfaceError) as exc:  # as store_errors(), inline
+            raise translate(exc) from exc
         context = IdempotencyContext(None, tenant)
         request.idempotency = context  # type: ignore[attr-defined]
         token = _current.set(context)
