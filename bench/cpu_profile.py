@@ -226,7 +226,9 @@ def _rst(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     rule = "  ".join("=" * width for width in widths)
 
     def line(row: tuple[str, ...]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        return "  ".join(
+            cell.ljust(width) for cell, width in zip(row, widths, strict=True)
+        ).rstrip()
 
     return "\n".join([rule, line(header), rule, *map(line, rows), rule])
 
