@@ -216,9 +216,7 @@ def measure(rounds: int, blocks: int) -> dict[str, Any]:
     url = scratch.server_url()
     with scratch.databases(url, [scratch.MAIN]):
         configure(with_database(url, scratch.MAIN))
-        from django.core.cache import caches
         from django.core.management import call_command
-        from django.db import connections
 
         import idempotency_django
 
@@ -227,14 +225,22 @@ def measure(rounds: int, blocks: int) -> dict[str, Any]:
         try:
             cases = sweep(rounds, blocks)
         finally:
-            connections.close_all()
-            caches["replay"].delete_pattern("*")  # type: ignore[attr-defined]  # django-redis
+            close()
     return {
         "version": idempotency_django.__version__,
         "package": idempotency_django.__file__,
         "load": [before, load()],
         "cases": cases,
     }
+
+
+def close() -> None:
+    """The run's database connections closed, and its keys in Redis deleted."""
+    from django.core.cache import caches
+    from django.db import connections
+
+    connections.close_all()
+    caches["replay"].delete_pattern("*")  # type: ignore[attr-defined]  # django-redis: this run's
 
 
 def _series(medians: list[float]) -> Series:

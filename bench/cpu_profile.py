@@ -252,7 +252,6 @@ def main(argv: list[str] | None = None) -> int:
     with scratch.databases(url, [scratch.MAIN]):
         cpu.configure(with_database(url, scratch.MAIN))
         from django.core.management import call_command
-        from django.db import connections
 
         import idempotency_django
 
@@ -266,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             profiled = {case: _profile(pairs[case][0], args.requests) for case in args.cases}
             ticked = {case: sampled(pairs[case][0], args.sampled) for case in args.cases}
         finally:
-            connections.close_all()
+            cpu.close()
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")
     print(
         f"idempotency_django {idempotency_django.__version__}, {now}, load {load} -> {cpu.load()}"
