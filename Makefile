@@ -99,8 +99,10 @@ dist: install
 first-contact: install
 	$(PY) -m pytest -p no:randomly -m packaging tests/packaging --ignore tests/packaging/test_docs_clean_env.py
 
+# BENCH_COMPARE=/path/to/venv/bin/python: bench.cpu beside another install (0.4.3: docs/performance.rst).
 bench: install
 	DATABASE_URL=$(PG_URL) $(PY) -m bench.added
+	DATABASE_URL=$(PG_URL) $(PY) -m bench.cpu $(if $(BENCH_COMPARE),--compare $(BENCH_COMPARE))
 	DATABASE_URL=$(PG_URL) $(PY) -m bench
 	DATABASE_URL=$(PG_URL) $(PY) -m bench.seal
 	BENCH_MARIADB_URL=$(MARIADB_URL) $(PY) -m bench.mysql

@@ -173,8 +173,10 @@ def protect(
     seen = signals.Observation("http", request.method, _route(request))
     token = None
     try:
-        with store_errors():  # a resolver may load the session's user from the database
+        try:  # a resolver may load the session's user from the database
             tenant = check_tenant(tenant_of())
+        except (OperationalError, InterfaceError) as exc:  # as store_errors(), inline
+            raise translate(exc) from exc
         context = IdempotencyContext(None, tenant)
         request.idempotency = context  # type: ignore[attr-defined]
         token = _current.set(context)
@@ -400,9 +402,12 @@ def bound_request_transaction(alias: str) -> None:
     is the request's, the one ``IDEMPOTENCY_IDLE_TIMEOUT`` is for: without the bound a
     holder lost behind a partition keeps its key for as long as TCP takes to notice.
     """
-    conn = connections[alias]
-    if not conn.settings_dict["ATOMIC_REQUESTS"] or conn.vendor != "postgresql":
+    # Where Django's handler reads it (make_view_atomic): no connection looked up per request.
+    if not connections.settings[alias]["ATOMIC_REQUESTS"]:
         return  # checked first: the common case reads no setting
+    conn = connections[alias]
+    if conn.vendor != "postgresql":
+        return
     idle = conf.IDLE_TIMEOUT
     if idle is None:
         return

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Protocol
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from idempotency_django import signals
 from idempotency_django._protocol.responses import StoredResponse
@@ -148,7 +149,7 @@ def claimed(
             # process keeps using for lock ids and derived keys (a caller's open
             # transaction is secret.py's to step out of).
             server_secret(target.using)
-        attempt = _attempt(PROTOCOLS[protocol], target, run, wait, matches, own)
+        attempt = _attempt(PROTOCOLS[protocol], target, run, wait, matches, conn, own)
         if not attempt.proto.CLAIMS_IN_TRANSACTION:
             yield from _claim_first(attempt)
         elif attempt.read_only:
@@ -178,9 +179,14 @@ class _Attempt:
 
 
 def _attempt(
-    proto: ModuleType, target: Target, run: Run, wait: float, matches: Matches, own: bool
+    proto: ModuleType,
+    target: Target,
+    run: Run,
+    wait: float,
+    matches: Matches,
+    conn: BaseDatabaseWrapper,
+    own: bool,
 ) -> _Attempt:
-    conn = connections[target.using]
     # Only a transaction we open ourselves gets the idle bound: a caller's own
     # transaction keeps its settings.
     bounded = own and target.idle is not None and is_postgres(conn)
