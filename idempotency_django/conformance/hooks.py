@@ -36,7 +36,10 @@ from typing import Any, TypeVar
 
 from django.http import HttpResponse
 
-from idempotency_django.conformance.headers import FAIL_HEADER, HOLD_HEADER, MARKER_HEADER
+# Re-exported: the hooks' header names were this module's before headers.py held them.
+from idempotency_django.conformance.headers import FAIL_HEADER as FAIL_HEADER
+from idempotency_django.conformance.headers import HOLD_HEADER as HOLD_HEADER
+from idempotency_django.conformance.headers import MARKER_HEADER as MARKER_HEADER
 
 MAX_HOLD = 30.0
 PROBLEM_TYPE = "https://idempotency-django.readthedocs.io/en/latest/verify.html#test-hooks"
