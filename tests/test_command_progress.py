@@ -248,3 +248,11 @@ def test_on_postgresql_the_total_is_the_planners_estimate() -> None:
         found = purge.estimate()
     assert isinstance(found, int)
     assert all(q["sql"].startswith("EXPLAIN") for q in queries)
+
+
+def test_relay_once_is_one_pass_and_refuses_every_beside_it(published: list[str]) -> None:
+    pending(3)
+    assert run("relay_outbox", "--once", "--now") == "outbox: 3 sent, 0 failed\n"
+    assert len(published) == 3
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        call_command("relay_outbox", "--once", "--every", "5")

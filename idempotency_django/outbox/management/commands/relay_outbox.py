@@ -31,7 +31,14 @@ class Command(BaseCommand):
             action="store_true",
             help="publish every pending row now, whatever its next attempt time",
         )
-        parser.add_argument(
+        passes = parser.add_mutually_exclusive_group()
+        passes.add_argument(
+            "--once",
+            action="store_true",
+            help="one pass over every pending row, then exit (the default; with a progress "
+            "line on a terminal while it catches up)",
+        )
+        passes.add_argument(
             "--every", type=float, default=None, help="keep running, one pass every N seconds"
         )
 
