@@ -52,10 +52,10 @@ from idempotency_django._protocol.options import Options, Policy
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
 
 try:
+    import graphql
     from graphql import (
         DirectiveNode,
         DocumentNode,
-        ExecutionContext,
         FieldNode,
         FragmentDefinitionNode,
         FragmentSpreadNode,
@@ -79,6 +79,10 @@ try:
         value_from_ast_untyped,
     )
     from graphql.execution.values import get_argument_values
+
+    # What builds an operation's execution: graphql-core 3.2's ExecutionContext, 3.3's
+    # Executor (Strawberry from 0.328 brings 3.3; graphene keeps 3.2).
+    _Executor: Any = getattr(graphql, "Executor", None) or graphql.ExecutionContext
 except ModuleNotFoundError as error:  # pragma: no cover  (an adapter's extra brings graphql-core)
     raise ModuleNotFoundError(
         f"{__name__} needs graphql-core: pip install 'idempotency-django[strawberry]'",
@@ -836,7 +840,7 @@ def _operation(item: Sent, stack: Stack, schema: GraphQLSchema) -> _Operation | 
     variables: Any = item.variables  # as the stack passes them on, whatever their type
     name: Any = stack.operation_name(document, item.operation_name)
     try:
-        built = ExecutionContext.build(schema, document, None, None, variables, name)
+        built = _Executor.build(schema, document, None, None, variables, name)
     except Exception:  # noqa: BLE001  (variables of no JSON object shape: the stack fails too)
         return None
     if isinstance(built, list):  # no such operation, or its variables do not coerce
