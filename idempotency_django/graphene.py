@@ -43,7 +43,12 @@ from idempotency_django._adapters.graphql_fields import (
     Sent,
 )
 from idempotency_django._conf import conf
-from idempotency_django._protocol.options import MutationOptions, Options
+from idempotency_django._protocol.options import (
+    MUTATION_OPTIONS,
+    MutationOptions,
+    Options,
+    check_keywords,
+)
 
 MutationClass = TypeVar("MutationClass", bound=type[graphene.Mutation])
 _PROTECTION = "_idempotency_protection"  # on a protected mutation's resolver
@@ -71,6 +76,7 @@ def idempotent(
     for name in ("methods", "key", "fingerprint"):
         if name in kwargs:
             raise TypeError(f"A protected GraphQL mutation takes no {name}= option.")
+    check_keywords("idempotent", kwargs, (*MUTATION_OPTIONS, "redact"))  # as 0.5 took
     if argument is not None and not argument.isidentifier():
         raise TypeError(f"@idempotent(argument=...) must be a GraphQL name, got {argument!r}.")
     protection = Protection(Options.build(**kwargs), argument)

@@ -145,3 +145,10 @@ def test_an_mcp_tool_refuses_a_wrong_tool_option_naming_it(name: str) -> None:
     assert callable(mcp.idempotent(**{name: None}))
     with pytest.raises(TypeError, match=re.escape(f"({name}=...)")):
         mcp.idempotent(**{name: WRONG[name]})
+
+
+def test_graphene_refuses_an_unknown_option_as_python_would() -> None:
+    with pytest.raises(
+        TypeError, match=r"^idempotent\(\) got an unexpected keyword argument 'ttll'$"
+    ):
+        graphene.idempotent(ttll=5)  # type: ignore[call-overload]
