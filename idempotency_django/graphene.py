@@ -43,12 +43,7 @@ from idempotency_django._adapters.graphql_fields import (
     Sent,
 )
 from idempotency_django._conf import conf
-from idempotency_django._protocol.options import (
-    MUTATION_OPTIONS,
-    MutationOptions,
-    Options,
-    check_keywords,
-)
+from idempotency_django._protocol.options import MUTATION_OPTIONS, MutationOptions, build_for
 
 MutationClass = TypeVar("MutationClass", bound=type[graphene.Mutation])
 _PROTECTION = "_idempotency_protection"  # on a protected mutation's resolver
@@ -76,10 +71,11 @@ def idempotent(
     for name in ("methods", "key", "fingerprint"):
         if name in kwargs:
             raise TypeError(f"A protected GraphQL mutation takes no {name}= option.")
-    check_keywords("idempotent", kwargs, (*MUTATION_OPTIONS, "redact"))  # as 0.5 took
     if argument is not None and not argument.isidentifier():
         raise TypeError(f"@idempotent(argument=...) must be a GraphQL name, got {argument!r}.")
-    protection = Protection(Options.build(**kwargs), argument)
+    # redact= as Graphene's mutations have always taken it (Strawberry's never did).
+    options = build_for("idempotent", kwargs, (*MUTATION_OPTIONS, "redact"))
+    protection = Protection(options, argument)
     if mutation is None:
         return functools.partial(_protect, protection=protection)
     return _protect(mutation, protection=protection)

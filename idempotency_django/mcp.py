@@ -36,7 +36,7 @@ from django.http import HttpRequest
 from mcp_server.djangomcp import django_request_ctx
 
 from idempotency_django._protocol.fingerprint import arguments_digest
-from idempotency_django._protocol.options import TOOL_OPTIONS, Options, ToolOptions, check_keywords
+from idempotency_django._protocol.options import TOOL_OPTIONS, Options, ToolOptions, build_for
 from idempotency_django.calls import idempotent_call
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
 
@@ -82,8 +82,7 @@ def idempotent(
     """Run an MCP tool at most once per (caller, key): ``@idempotent`` or ``@idempotent(...)``."""
     if key is not None and not callable(key):
         raise TypeError("@idempotent(key=...) takes a callable of the tool's arguments.")
-    check_keywords("idempotent", options, TOOL_OPTIONS)
-    built = Options.build(**options)
+    built = build_for("idempotent", options, TOOL_OPTIONS)
     if tool is None:
         return functools.partial(_decorate, key=key, options=built)
     return _decorate(tool, key=key, options=built)

@@ -51,12 +51,7 @@ from idempotency_django._adapters.graphql_fields import (
     Sent,
 )
 from idempotency_django._conf import conf
-from idempotency_django._protocol.options import (
-    MUTATION_OPTIONS,
-    MutationOptions,
-    Options,
-    check_keywords,
-)
+from idempotency_django._protocol.options import MUTATION_OPTIONS, MutationOptions, build_for
 
 _DEFINITION = "strawberry-definition"  # where Strawberry keeps a GraphQLField's StrawberryField
 _PYTHON_NAME = "idempotency_key"
@@ -73,8 +68,7 @@ class IdempotentExtension(FieldExtension):
     def __init__(
         self, *, argument: str | None = KEY_ARGUMENT, **options: Unpack[MutationOptions]
     ) -> None:
-        check_keywords("IdempotentExtension.__init__", options, MUTATION_OPTIONS)
-        built = Options.build(**options)
+        built = build_for("IdempotentExtension.__init__", options, MUTATION_OPTIONS)
         if argument is not None and not argument.isidentifier():
             raise TypeError(
                 f"IdempotentExtension(argument=...) must be a GraphQL name, got {argument!r}."

@@ -253,6 +253,12 @@ def check_keywords(owner: str, given: Mapping[str, object], accepted: Iterable[s
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
+def build_for(owner: str, given: Mapping[str, Any], accepted: Iterable[str]) -> Options:
+    """:meth:`Options.build` for a face taking only the ``accepted`` options (its layer's)."""
+    check_keywords(owner, given, accepted)
+    return Options.build(**given)
+
+
 def _seconds(duration: timedelta) -> str:
     return f"{duration.total_seconds():g} seconds"
 
