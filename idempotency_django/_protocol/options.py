@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, Final, TypedDict, Unpack
 
 from django.core.exceptions import ImproperlyConfigured
@@ -60,6 +61,7 @@ class ViewOptions(MutationOptions, total=False):
 
 #: Every view option's name, in declaration order (the unknown-option error lists them).
 VIEW_OPTIONS: Final = tuple(ViewOptions.__annotations__)
+_VIEW_NAMES: Final = frozenset(VIEW_OPTIONS)
 #: A GraphQL mutation's options (Strawberry's; Graphene's also take ``redact``).
 MUTATION_OPTIONS: Final = tuple(MutationOptions.__annotations__)
 #: An MCP tool's options.
@@ -112,7 +114,14 @@ class Options:
     def build(cls, **options: Unpack[ViewOptions]) -> Options:
         """Validate and normalise keyword options; a wrong one is a ``TypeError`` now."""
         check_option_names(options)
-        return cls(**{name: _READY.get(name, _as_given)(value) for name, value in options.items()})
+        # None is every field's default (methods': DEFAULT_METHODS, what None means there).
+        ready: dict[str, Any] = {
+            name: value for name, value in options.items() if value is not None
+        }
+        for name, make_ready in _READY.items():
+            if name in ready:
+                ready[name] = make_ready(ready[name])
+        return cls(**ready)
 
     def resolve(self, request: HttpRequest | None = None) -> Policy:
         """The settings in force for one request: compiled once per settings change.
@@ -237,13 +246,14 @@ def check_options(
 
 def check_option_names(options: Mapping[str, object]) -> None:
     """Refuse an unknown keyword, naming the valid ones (read from :class:`ViewOptions`)."""
+    if _VIEW_NAMES.issuperset(options):
+        return
     unknown = sorted(set(options).difference(VIEW_OPTIONS))
-    if unknown:
-        what = "an unknown option" if len(unknown) == 1 else "unknown options"
-        raise TypeError(
-            f"@idempotent(...) got {what} {', '.join(map(repr, unknown))}; "
-            f"the options are: {', '.join(VIEW_OPTIONS)}."
-        )
+    what = "an unknown option" if len(unknown) == 1 else "unknown options"
+    raise TypeError(
+        f"@idempotent(...) got {what} {', '.join(map(repr, unknown))}; "
+        f"the options are: {', '.join(VIEW_OPTIONS)}."
+    )
 
 
 def check_keywords(owner: str, given: Mapping[str, object], accepted: Iterable[str]) -> None:
@@ -268,9 +278,7 @@ def _check_instance(name: str, value: object, kind: type) -> None:
         raise TypeError(f"@idempotent({name}=...) must be a {kind.__name__}, got {value!r}.")
 
 
-def _wait(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
+def _wait(value: float | timedelta) -> float:
     try:
         return bounded(value, MAX_WAIT, zero=True).total_seconds()
     except (TypeError, ValueError):
@@ -279,9 +287,7 @@ def _wait(value: float | timedelta | None) -> float | None:
         ) from None
 
 
-def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
-    if value is None:
-        return None
+def _duration(name: str, value: float | timedelta) -> timedelta:
     try:
         return bounded(value, MAX_TTL)
     except TypeError:
@@ -294,28 +300,24 @@ def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
         ) from None
 
 
-def _redactor(value: Redactor | Sequence[str] | None) -> Redactor | None:
+def _redactor(value: Redactor | Sequence[str]) -> Redactor | None:
     try:
         return redactor(value)
     except TypeError as exc:
         raise TypeError(f"@idempotent({exc}".replace("redact= ", "redact=...) ", 1)) from None
 
 
-def _methods(value: Iterable[str] | None) -> frozenset[str]:
+def _methods(value: Iterable[str]) -> frozenset[str]:
     if isinstance(value, str):
         raise TypeError('@idempotent(methods=...) takes a list, e.g. ["POST"].')
-    return DEFAULT_METHODS if value is None else frozenset(m.upper() for m in value)
+    return frozenset(m.upper() for m in value)
 
 
-def _as_given(value: Any) -> Any:
-    return value
-
-
-#: How an option's value is checked and made ready for :class:`Options` (the others are
-#: checked there, as given): the one place a new option's normaliser goes.
+#: How an option's value (not None) is checked and made ready for :class:`Options` (the
+#: others are checked there, as given): the one place a new option's normaliser goes.
 _READY: Final[Mapping[str, Callable[[Any], Any]]] = {
-    "ttl": lambda value: _duration("ttl", value),
-    "lease": lambda value: _duration("lease", value),
+    "ttl": partial(_duration, "ttl"),
+    "lease": partial(_duration, "lease"),
     "methods": _methods,
     "wait": _wait,
     "redact": _redactor,
