@@ -26,7 +26,7 @@ from django.utils.translation import ngettext
 from idempotency_django import lookup, purge
 from idempotency_django._adapters.decorators import handle
 from idempotency_django._protocol.keys import readable
-from idempotency_django._protocol.options import Options, check_option_names
+from idempotency_django._protocol.options import Options
 from idempotency_django.databases import possible_aliases
 from idempotency_django.forms import KEEPER, hidden_input, require_first
 from idempotency_django.models import IdempotencyEntry
@@ -288,7 +288,6 @@ class IdempotentAdminMixin:
 
 def _admin_options(owner: str, options: Mapping[str, Any]) -> Options:
     try:
-        check_option_names(options)
         return Options.build(**options)
     except TypeError as exc:
         raise ImproperlyConfigured(f"{owner}.idempotency_options: {exc}") from exc

@@ -18,8 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack, overload
 
 from idempotency_django._adapters.extras import raise_missing_extra
 
@@ -29,19 +28,18 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover  (tested in a subprocess)
     raise_missing_extra(error, __name__, "celery")
 
-from idempotency_django._adapters.task_options import KeyOf, TaskPolicy, TenantOf
+from idempotency_django._adapters.task_options import TaskOptions, TaskPolicy, applied
 from idempotency_django._conf import conf
 from idempotency_django._protocol.fingerprint import bound_arguments, signature_of
 from idempotency_django.exceptions import RequestInProgress, StoreUnavailable
 
 if TYPE_CHECKING:
-    from idempotency_django._storage.serializers import Serializer
+    pass
 
 __all__ = ["idempotent_task"]
 
 logger = logging.getLogger("idempotency_django")
 TaskFunc = TypeVar("TaskFunc", bound=Callable[..., Any])
-OnInProgress = Literal["retry", "drop", "raise"]
 #: The message header counting a delivery's waits for a held key (its backoff).
 WAITS_HEADER: Final = "idempotency_waits"
 BACKOFF_CAP: Final = 60.0
@@ -52,22 +50,10 @@ def idempotent_task(fn: TaskFunc, /) -> TaskFunc: ...
 
 
 @overload
-def idempotent_task(
-    *,
-    key: KeyOf | None = None,
-    tenant: TenantOf | None = None,
-    on_in_progress: OnInProgress = "retry",
-    countdown: float | None = None,
-    ttl: float | timedelta | None = None,
-    database: str | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
-    serializer: Serializer | None = None,
-    max_attempts: int | None = None,
-) -> Callable[[TaskFunc], TaskFunc]: ...
+def idempotent_task(**options: Unpack[TaskOptions]) -> Callable[[TaskFunc], TaskFunc]: ...
 
 
-def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
+def idempotent_task(fn: Any = None, /, **options: Unpack[TaskOptions]) -> Any:
     """Run the task body at most once per key: ``@idempotent_task`` or ``@idempotent_task(...)``.
 
     Place it between Celery's task decorator and the function. ``key`` and
@@ -79,15 +65,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     holder dies) or ``"raise"``
     (:class:`~idempotency_django.exceptions.RequestInProgress`).
     """
-    policy = TaskPolicy(**options)
-    if fn is None:
-        return functools.partial(_decorate, policy=policy)
-    if isinstance(fn, Task) or not callable(fn):
-        raise TypeError(
-            "@idempotent_task goes between the task decorator and the function: "
-            "@app.task(...) / @idempotent_task / def f(...)."
-        )
-    return _decorate(fn, policy=policy)
+    return applied(fn, options, _decorate, Task, "@app.task(...)")
 
 
 def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:

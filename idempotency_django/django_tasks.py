@@ -27,13 +27,13 @@ import inspect
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack, overload
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from idempotency_django._adapters.extras import raise_missing_extra
-from idempotency_django._adapters.task_options import TaskPolicy
+from idempotency_django._adapters.task_options import TaskOptions, TaskPolicy, applied
 from idempotency_django._conf import conf
 from idempotency_django._protocol.fingerprint import bound_arguments, signature_of
 from idempotency_django.calls import idempotent_call
@@ -43,7 +43,6 @@ from idempotency_django.exceptions import RequestInProgress
 if TYPE_CHECKING:
     from django.tasks import Task, TaskContext
 
-    from idempotency_django._storage.serializers import Serializer
 else:
     try:  # Django >= 6.0
         from django.tasks import Task, TaskContext
@@ -58,7 +57,6 @@ __all__ = ["KEY_ARGUMENT", "idempotent_task"]
 
 logger = logging.getLogger("idempotency_django")
 TaskFunc = TypeVar("TaskFunc", bound=Callable[..., Any])
-OnInProgress = Literal["retry", "drop", "raise"]
 #: The keyword argument carrying an outbox row's key to the task (removed before the call).
 KEY_ARGUMENT: Final = "_idempotency_key"
 #: Set on the wrapper: the outbox only sends keys to functions that strip them.
@@ -71,22 +69,10 @@ def idempotent_task(fn: TaskFunc, /) -> TaskFunc: ...
 
 
 @overload
-def idempotent_task(
-    *,
-    key: Callable[..., str] | None = None,
-    tenant: Callable[..., str] | None = None,
-    on_in_progress: OnInProgress = "retry",
-    countdown: float | None = None,
-    ttl: float | timedelta | None = None,
-    database: str | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
-    serializer: Serializer | None = None,
-    max_attempts: int | None = None,
-) -> Callable[[TaskFunc], TaskFunc]: ...
+def idempotent_task(**options: Unpack[TaskOptions]) -> Callable[[TaskFunc], TaskFunc]: ...
 
 
-def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
+def idempotent_task(fn: Any = None, /, **options: Unpack[TaskOptions]) -> Any:
     """Run the task body at most once per key: ``@idempotent_task`` or ``@idempotent_task(...)``.
 
     ``on_in_progress`` says what a delivery does while another holds the key:
@@ -96,15 +82,7 @@ def idempotent_task(fn: Any = None, /, **options: Any) -> Any:
     cannot defer a task this is ``"raise"``), ``"drop"`` (returns ``None``,
     nothing stored; the effect is lost if the holder dies) or ``"raise"``.
     """
-    policy = TaskPolicy(**options)
-    if fn is None:
-        return functools.partial(_decorate, policy=policy)
-    if isinstance(fn, Task) or not callable(fn):
-        raise TypeError(
-            "@idempotent_task goes between the task decorator and the function: "
-            "@task(...) / @idempotent_task / def f(...)."
-        )
-    return _decorate(fn, policy=policy)
+    return applied(fn, options, _decorate, Task, "@task(...)")
 
 
 def _decorate(fn: TaskFunc, *, policy: TaskPolicy) -> TaskFunc:

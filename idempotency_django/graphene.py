@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from datetime import timedelta
 from inspect import iscoroutinefunction
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from idempotency_django._adapters.extras import raise_missing_extra
 
@@ -43,8 +42,8 @@ from idempotency_django._adapters.graphql_fields import (
     Protection,
     Sent,
 )
-from idempotency_django._conf import TenantResolver, conf
-from idempotency_django._protocol.options import Options
+from idempotency_django._conf import conf
+from idempotency_django._protocol.options import MUTATION_OPTIONS, MutationOptions, build_for
 
 MutationClass = TypeVar("MutationClass", bound=type[graphene.Mutation])
 _PROTECTION = "_idempotency_protection"  # on a protected mutation's resolver
@@ -57,17 +56,7 @@ def idempotent(mutation: MutationClass, /) -> MutationClass: ...
 
 @overload
 def idempotent(
-    *,
-    argument: str | None = KEY_ARGUMENT,
-    header: str | None = None,
-    required: bool | None = None,
-    ttl: float | timedelta | None = None,
-    lease: float | timedelta | None = None,
-    tenant: TenantResolver | None = None,
-    database: str | None = None,
-    cache: str | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
+    *, argument: str | None = KEY_ARGUMENT, **options: Unpack[MutationOptions]
 ) -> Callable[[MutationClass], MutationClass]: ...
 
 
@@ -84,7 +73,9 @@ def idempotent(
             raise TypeError(f"A protected GraphQL mutation takes no {name}= option.")
     if argument is not None and not argument.isidentifier():
         raise TypeError(f"@idempotent(argument=...) must be a GraphQL name, got {argument!r}.")
-    protection = Protection(Options.build(**kwargs), argument)
+    # redact= as Graphene's mutations have always taken it (Strawberry's never did).
+    options = build_for("idempotent", kwargs, (*MUTATION_OPTIONS, "redact"))
+    protection = Protection(options, argument)
     if mutation is None:
         return functools.partial(_protect, protection=protection)
     return _protect(mutation, protection=protection)

@@ -23,8 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from idempotency_django._adapters.extras import raise_missing_extra
 
@@ -36,9 +35,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from mcp_server.djangomcp import django_request_ctx
 
-from idempotency_django._conf import TenantResolver
 from idempotency_django._protocol.fingerprint import arguments_digest
-from idempotency_django._protocol.options import Options
+from idempotency_django._protocol.options import TOOL_OPTIONS, Options, ToolOptions, build_for
 from idempotency_django.calls import idempotent_call
 from idempotency_django.exceptions import IdempotencyError, KeyMissing
 
@@ -74,34 +72,20 @@ def idempotent(tool: Tool, /) -> Tool: ...
 
 @overload
 def idempotent(
-    *,
-    key: Callable[..., str] | None = None,
-    tenant: TenantResolver | None = None,
-    ttl: float | timedelta | None = None,
-    database: str | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
+    *, key: Callable[..., str] | None = None, **options: Unpack[ToolOptions]
 ) -> Callable[[Tool], Tool]: ...
 
 
 def idempotent(
-    tool: Any = None,
-    /,
-    *,
-    key: Callable[..., str] | None = None,
-    tenant: TenantResolver | None = None,
-    ttl: float | timedelta | None = None,
-    database: str | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
+    tool: Any = None, /, *, key: Callable[..., str] | None = None, **options: Unpack[ToolOptions]
 ) -> Any:
     """Run an MCP tool at most once per (caller, key): ``@idempotent`` or ``@idempotent(...)``."""
     if key is not None and not callable(key):
         raise TypeError("@idempotent(key=...) takes a callable of the tool's arguments.")
-    options = Options.build(tenant=tenant, ttl=ttl, database=database, protocol=protocol, wait=wait)
+    built = build_for("idempotent", options, TOOL_OPTIONS)
     if tool is None:
-        return functools.partial(_decorate, key=key, options=options)
-    return _decorate(tool, key=key, options=options)
+        return functools.partial(_decorate, key=key, options=built)
+    return _decorate(tool, key=key, options=built)
 
 
 def from_arguments(**arguments: Any) -> str:

@@ -17,10 +17,9 @@ import functools
 import hashlib
 import hmac
 import inspect
-from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Callable
 from inspect import iscoroutinefunction
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
@@ -39,11 +38,10 @@ from ninja.decorators import decorate_view
 from ninja.operation import Operation
 
 from idempotency_django._adapters import openapi
+from idempotency_django._adapters.decorators import applied
 from idempotency_django._conf import TenantResolver, conf
 from idempotency_django._protocol import core
-from idempotency_django._protocol.fingerprint import Fingerprinter
-from idempotency_django._protocol.options import KeyExtractor, Options, check_option_names
-from idempotency_django._protocol.redact import Redactor
+from idempotency_django._protocol.options import Options, ViewOptions
 from idempotency_django._protocol.responses import PROBLEM_CONTENT_TYPE, problem_response
 from idempotency_django._storage.secret import server_secret
 from idempotency_django.exceptions import IdempotencyError
@@ -64,22 +62,7 @@ def idempotent(view: Func, /) -> Func: ...
 
 
 @overload
-def idempotent(
-    *,
-    header: str | None = None,
-    required: bool | None = None,
-    ttl: float | timedelta | None = None,
-    lease: float | timedelta | None = None,
-    tenant: TenantResolver | None = None,
-    database: str | None = None,
-    cache: str | None = None,
-    methods: Iterable[str] | None = None,
-    key: KeyExtractor | None = None,
-    fingerprint: Fingerprinter | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
-    redact: Redactor | Sequence[str] | None = None,
-) -> Callable[[Func], Func]: ...
+def idempotent(**options: Unpack[ViewOptions]) -> Callable[[Func], Func]: ...
 
 
 def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
@@ -88,13 +71,7 @@ def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
     Directly under ``@api.post(...)``; or, for every operation of a router,
     ``router.add_decorator(idempotent(...), mode="view")``.
     """
-    check_option_names(kwargs)
-    options = Options.build(**kwargs)
-    if view is None:
-        return functools.partial(_decorate, options=options)
-    if not callable(view):
-        raise TypeError("@idempotent takes keyword arguments only, e.g. @idempotent(ttl=3600).")
-    return _decorate(view, options=options)
+    return applied(view, Options.build(**kwargs), _decorate)
 
 
 def _decorate(view: Func, *, options: Options) -> Func:

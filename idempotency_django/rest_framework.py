@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from inspect import iscoroutinefunction
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
@@ -37,7 +37,7 @@ from idempotency_django._adapters.decorators import EntriesDatabase
 from idempotency_django._conf import MAX_TTL, bounded, conf
 from idempotency_django._protocol import core
 from idempotency_django._protocol.fingerprint import digest, snapshot
-from idempotency_django._protocol.options import Options, Policy
+from idempotency_django._protocol.options import VIEW_OPTIONS, Options, Policy
 from idempotency_django._protocol.redact import Redactor
 from idempotency_django._protocol.responses import problem_response, require_plain
 from idempotency_django.exceptions import (
@@ -127,16 +127,7 @@ class IdempotentMixin(_Base):
         """
         try:
             return Options.build(
-                header=cls.idempotency_header,
-                required=cls.idempotency_required,
-                ttl=cls.idempotency_ttl,
-                lease=cls.idempotency_lease,
-                methods=cls.idempotency_methods,
-                database=cls.idempotency_database,
-                cache=cls.idempotency_cache,
-                protocol=cls.idempotency_protocol,
-                wait=cls.idempotency_wait,
-                redact=cls.idempotency_redact,
+                **{name: getattr(cls, attribute) for name, attribute in _ATTRIBUTES}
             )
         except TypeError as exc:
             # Options speaks the decorator's language; name the attribute instead.
@@ -284,6 +275,14 @@ class IdempotentMixin(_Base):
         for name, value in error.headers().items():
             response.setdefault(name, value)
         return response
+
+
+#: The options the mixin reads from its ``idempotency_<name>`` attributes: those it declares.
+_ATTRIBUTES: Final = tuple(
+    (name, f"idempotency_{name}")
+    for name in VIEW_OPTIONS
+    if f"idempotency_{name}" in vars(IdempotentMixin)
+)
 
 
 def _awaitable(protected: Handler) -> Handler:

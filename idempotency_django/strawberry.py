@@ -21,8 +21,7 @@ Importing this module imports Strawberry; importing ``idempotency_django`` does 
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from idempotency_django._adapters.extras import raise_missing_extra
 
@@ -51,8 +50,8 @@ from idempotency_django._adapters.graphql_fields import (
     Protection,
     Sent,
 )
-from idempotency_django._conf import TenantResolver, conf
-from idempotency_django._protocol.options import Options
+from idempotency_django._conf import conf
+from idempotency_django._protocol.options import MUTATION_OPTIONS, MutationOptions, build_for
 
 _DEFINITION = "strawberry-definition"  # where Strawberry keeps a GraphQLField's StrawberryField
 _PYTHON_NAME = "idempotency_key"
@@ -61,41 +60,20 @@ _PYTHON_NAME = "idempotency_key"
 class IdempotentExtension(FieldExtension):
     """Protect one mutation field: ``extensions=[IdempotentExtension(ttl=3600, ...)]``.
 
-    Takes ``@idempotent``'s options (``header``, ``required``, ``ttl``, ``lease``,
-    ``tenant``, ``database``, ``cache``, ``protocol``, ``wait``) and ``argument``: the
-    name of the key argument it adds to the field (``None``: the header only).
+    Takes a mutation's options (``MutationOptions``: ``@idempotent``'s but ``methods``,
+    ``key``, ``fingerprint`` and ``redact``) and ``argument``: the name of the key
+    argument it adds to the field (``None``: the header only).
     """
 
     def __init__(
-        self,
-        *,
-        argument: str | None = KEY_ARGUMENT,
-        header: str | None = None,
-        required: bool | None = None,
-        ttl: float | timedelta | None = None,
-        lease: float | timedelta | None = None,
-        tenant: TenantResolver | None = None,
-        database: str | None = None,
-        cache: str | None = None,
-        protocol: str | None = None,
-        wait: float | timedelta | None = None,
+        self, *, argument: str | None = KEY_ARGUMENT, **options: Unpack[MutationOptions]
     ) -> None:
-        options = Options.build(
-            header=header,
-            required=required,
-            ttl=ttl,
-            lease=lease,
-            tenant=tenant,
-            database=database,
-            cache=cache,
-            protocol=protocol,
-            wait=wait,
-        )
+        built = build_for("IdempotentExtension.__init__", options, MUTATION_OPTIONS)
         if argument is not None and not argument.isidentifier():
             raise TypeError(
                 f"IdempotentExtension(argument=...) must be a GraphQL name, got {argument!r}."
             )
-        self.protection = Protection(options, argument)
+        self.protection = Protection(built, argument)
 
     def apply(self, field: StrawberryField) -> None:
         """Add the key argument, documented, to the field (read when the schema is built)."""

@@ -27,7 +27,7 @@ from idempotency_django._adapters.decorators import EntriesDatabase, handle
 from idempotency_django._conf import conf
 from idempotency_django._protocol.core import store_errors
 from idempotency_django._protocol.keys import parse_key
-from idempotency_django._protocol.options import Options, check_option_names
+from idempotency_django._protocol.options import Options
 from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_alias
 from idempotency_django.exceptions import IdempotencyError, KeyUnknown, NotAuthenticated
@@ -143,7 +143,6 @@ class IdempotentFormMixin:
     def get_idempotency_options(cls) -> Options:
         """The view's options; a wrong one is ``ImproperlyConfigured`` when the URLconf loads."""
         try:
-            check_option_names(cls.idempotency_options)
             return Options.build(**cls.idempotency_options)
         except TypeError as exc:
             raise ImproperlyConfigured(f"{cls.__qualname__}.idempotency_options: {exc}") from exc

@@ -106,7 +106,7 @@ def test_decorating_without_a_key_or_a_context_is_refused() -> None:
 
 
 def test_a_key_that_is_not_a_str_fails_loudly() -> None:
-    @idempotent_task(key=lambda n: None)  # type: ignore[arg-type,return-value]
+    @idempotent_task(key=lambda n: None)
     def keyless(n: int) -> int:
         return n
 

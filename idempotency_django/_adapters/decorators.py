@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterator
 from inspect import iscoroutinefunction
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from idempotency_django._conf import TenantResolver
 from idempotency_django._protocol import core
-from idempotency_django._protocol.fingerprint import Fingerprinter
-from idempotency_django._protocol.options import KeyExtractor, Options, check_option_names
-from idempotency_django._protocol.redact import Redactor
+from idempotency_django._protocol.options import Options, ViewOptions
 from idempotency_django._protocol.responses import problem_response
 from idempotency_django.databases import entries_aliases
 from idempotency_django.exceptions import IdempotencyError
@@ -55,33 +51,22 @@ def idempotent(view: ViewFunc, /) -> ViewFunc: ...
 
 
 @overload
-def idempotent(
-    *,
-    header: str | None = None,
-    required: bool | None = None,
-    ttl: float | timedelta | None = None,
-    lease: float | timedelta | None = None,
-    tenant: TenantResolver | None = None,
-    database: str | Callable[[HttpRequest], str] | None = None,
-    cache: str | None = None,
-    methods: Iterable[str] | None = None,
-    key: KeyExtractor | None = None,
-    fingerprint: Fingerprinter | None = None,
-    protocol: str | None = None,
-    wait: float | timedelta | None = None,
-    redact: Redactor | Sequence[str] | None = None,
-) -> Callable[[ViewFunc], ViewFunc]: ...
+def idempotent(**options: Unpack[ViewOptions]) -> Callable[[ViewFunc], ViewFunc]: ...
 
 
 def idempotent(view: Any = None, /, **kwargs: Any) -> Any:
     """Make a view safe to retry: ``@idempotent`` or ``@idempotent(ttl=3600, ...)``."""
-    check_option_names(kwargs)
-    options = Options.build(**kwargs)
+    return applied(view, Options.build(**kwargs), _decorate)
+
+
+def applied(view: Any, options: Options, decorate: Callable[..., Any]) -> Any:
+    """``@idempotent`` or ``@idempotent(...)`` (its options checked already): the view
+    decorated, or the decorator that will."""
     if view is None:
-        return functools.partial(_decorate, options=options)
+        return functools.partial(decorate, options=options)
     if not callable(view):
         raise TypeError("@idempotent takes keyword arguments only, e.g. @idempotent(ttl=3600).")
-    return _decorate(view, options=options)
+    return decorate(view, options=options)
 
 
 def _decorate(view: ViewFunc, *, options: Options) -> ViewFunc:

@@ -3,38 +3,69 @@ Celery adapter (:mod:`.celery`) and the ``django.tasks`` one (:mod:`.django_task
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, Unpack, get_args
 
 from idempotency_django._conf import MAX_WAIT, bounded
-from idempotency_django._protocol.options import check_options
+from idempotency_django._protocol.options import check_keywords, check_options
 
 if TYPE_CHECKING:
     from idempotency_django._storage.serializers import Serializer
 
-ON_IN_PROGRESS: Final = ("retry", "drop", "raise")
+OnInProgress = Literal["retry", "drop", "raise"]
+ON_IN_PROGRESS: Final = get_args(OnInProgress)
 KeyOf = Callable[..., "str | None"]
 TenantOf = Callable[..., str]
+
+
+class TaskOptions(TypedDict, total=False):
+    """``idempotent_task``'s options (Celery's and ``django.tasks``'): the one declaration."""
+
+    key: KeyOf | None  # a callable of the task's arguments; default: the task's id
+    tenant: TenantOf | None  # a callable of the task's arguments; default: ""
+    on_in_progress: OnInProgress  # default: "retry"
+    countdown: float | None  # seconds before a held key's delivery is sent again
+    ttl: float | timedelta | None  # IDEMPOTENCY_TTL
+    database: str | None  # IDEMPOTENCY_DATABASE
+    protocol: str | None  # IDEMPOTENCY_PROTOCOL
+    wait: float | timedelta | None  # IDEMPOTENCY_WAIT
+    serializer: Serializer | None  # how the result is stored
+    max_attempts: int | None  # failures before a delivery is dead-lettered
+
+
+TASK_OPTIONS: Final = tuple(TaskOptions.__annotations__)
+#: The options passed on to ``idempotent_call`` as they are.
+CALL_OPTIONS: Final = ("ttl", "database", "protocol", "wait", "serializer")
+
+
+def applied(
+    fn: Any, options: TaskOptions, decorate: Callable[..., Any], task: type, above: str
+) -> Any:
+    """``@idempotent_task`` or ``@idempotent_task(...)``, its options checked now: the function
+    decorated, or the decorator that will. ``task`` is the framework's task class, made by the
+    decorator written ``above``."""
+    policy = TaskPolicy(**options)
+    if fn is None:
+        return functools.partial(decorate, policy=policy)
+    if isinstance(fn, task) or not callable(fn):
+        raise TypeError(
+            "@idempotent_task goes between the task decorator and the function: "
+            f"{above} / @idempotent_task / def f(...)."
+        )
+    return decorate(fn, policy=policy)
 
 
 class TaskPolicy:
     """What ``@idempotent_task(...)`` was given: wrong values raise when decorating."""
 
-    def __init__(
-        self,
-        *,
-        key: KeyOf | None = None,
-        tenant: TenantOf | None = None,
-        on_in_progress: str = "retry",
-        countdown: float | None = None,
-        ttl: float | timedelta | None = None,
-        database: str | None = None,
-        protocol: str | None = None,
-        wait: float | timedelta | None = None,
-        serializer: Serializer | None = None,
-        max_attempts: int | None = None,
-    ) -> None:
+    def __init__(self, **options: Unpack[TaskOptions]) -> None:
+        check_keywords("idempotent_task", options, TASK_OPTIONS)
+        key, tenant = options.get("key"), options.get("tenant")
+        on_in_progress, countdown = options.get("on_in_progress", "retry"), options.get("countdown")
+        ttl, wait, protocol = options.get("ttl"), options.get("wait"), options.get("protocol")
+        max_attempts = options.get("max_attempts")
         if on_in_progress not in ON_IN_PROGRESS:
             raise ValueError(
                 f"on_in_progress must be one of {ON_IN_PROGRESS}, not {on_in_progress!r}."
@@ -65,13 +96,7 @@ class TaskPolicy:
         self.key, self.tenant = key, tenant
         self.on_in_progress, self.countdown = on_in_progress, countdown
         # What idempotent_call takes.
-        self.call_options: dict[str, Any] = {
-            "ttl": ttl,
-            "database": database,
-            "protocol": protocol,
-            "wait": wait,
-            "serializer": serializer,
-        }
+        self.call_options: dict[str, Any] = {name: options.get(name) for name in CALL_OPTIONS}
 
     def succeeded(self, scope: str, key: str, tenant: str) -> None:
         """In the body's transaction: forget its failures (``max_attempts``)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
+from typing import Any, Final, TypedDict, Unpack
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -21,6 +22,50 @@ KeyExtractor = Callable[[HttpRequest], "str | None"]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 DEFAULT_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PROTOCOLS = ("lock", "lease")
+
+
+class ToolOptions(TypedDict, total=False):
+    """The options of every face that claims a key: each overrides its setting (``None``: the
+    setting). An MCP tool takes these.
+
+    The one declaration of an option's name and type, in three layers (a tool's, a GraphQL
+    mutation's, a view's): the faces' keyword options (``**options: Unpack[...]``),
+    :meth:`Options.build` and the unknown-option error read them; how a value is checked
+    and made ready is in :data:`_READY` and :class:`Options`.
+    """
+
+    tenant: TenantResolver | None  # IDEMPOTENCY_TENANT_RESOLVER
+    ttl: float | timedelta | None  # IDEMPOTENCY_TTL
+    database: str | Callable[[HttpRequest], str] | None  # IDEMPOTENCY_DATABASE
+    protocol: str | None  # IDEMPOTENCY_PROTOCOL
+    wait: float | timedelta | None  # IDEMPOTENCY_WAIT
+
+
+class MutationOptions(ToolOptions, total=False):
+    """A GraphQL mutation's options: a tool's, and the key's header and the claim's cache."""
+
+    header: str | None  # IDEMPOTENCY_HEADER
+    required: bool | None  # IDEMPOTENCY_REQUIRED
+    lease: float | timedelta | None  # IDEMPOTENCY_LEASE
+    cache: str | None  # IDEMPOTENCY_CACHE
+
+
+class ViewOptions(MutationOptions, total=False):
+    """``@idempotent``'s options (and its mixins'): a mutation's, and what only a view has."""
+
+    methods: Iterable[str] | None  # default: POST, PUT, PATCH, DELETE
+    key: KeyExtractor | None  # default: the header
+    fingerprint: Fingerprinter | None  # default: the request's method, path and body
+    redact: Redactor | Sequence[str] | None  # IDEMPOTENCY_REDACT
+
+
+#: Every view option's name, in declaration order (the unknown-option error lists them).
+VIEW_OPTIONS: Final = tuple(ViewOptions.__annotations__)
+_VIEW_NAMES: Final = frozenset(VIEW_OPTIONS)
+#: A GraphQL mutation's options (Strawberry's; Graphene's also take ``redact``).
+MUTATION_OPTIONS: Final = tuple(MutationOptions.__annotations__)
+#: An MCP tool's options.
+TOOL_OPTIONS: Final = tuple(ToolOptions.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -66,41 +111,17 @@ class Options:
             )
 
     @classmethod
-    def build(
-        cls,
-        *,
-        header: str | None = None,
-        required: bool | None = None,
-        ttl: float | timedelta | None = None,
-        lease: float | timedelta | None = None,
-        tenant: TenantResolver | None = None,
-        database: str | Callable[[HttpRequest], str] | None = None,
-        cache: str | None = None,
-        methods: Iterable[str] | None = None,
-        key: KeyExtractor | None = None,
-        fingerprint: Fingerprinter | None = None,
-        protocol: str | None = None,
-        wait: float | timedelta | None = None,
-        redact: Redactor | Sequence[str] | None = None,
-    ) -> Options:
+    def build(cls, **options: Unpack[ViewOptions]) -> Options:
         """Validate and normalise keyword options; a wrong one is a ``TypeError`` now."""
-        if isinstance(methods, str):
-            raise TypeError('@idempotent(methods=...) takes a list, e.g. ["POST"].')
-        return cls(
-            header=header,
-            required=required,
-            ttl=_duration("ttl", ttl),
-            lease=_duration("lease", lease),
-            tenant=tenant,
-            database=database,
-            cache=cache,
-            methods=DEFAULT_METHODS if methods is None else frozenset(m.upper() for m in methods),
-            key=key,
-            fingerprint=fingerprint,
-            protocol=protocol,
-            wait=_wait(wait),
-            redact=_redactor(redact),
-        )
+        check_option_names(options)
+        # None is every field's default (methods': DEFAULT_METHODS, what None means there).
+        ready: dict[str, Any] = {
+            name: value for name, value in options.items() if value is not None
+        }
+        for name, make_ready in _READY.items():
+            if name in ready:
+                ready[name] = make_ready(ready[name])
+        return cls(**ready)
 
     def resolve(self, request: HttpRequest | None = None) -> Policy:
         """The settings in force for one request: compiled once per settings change.
@@ -224,15 +245,28 @@ def check_options(
 
 
 def check_option_names(options: Mapping[str, object]) -> None:
-    """Refuse an unknown keyword, naming the valid ones (read from :meth:`Options.build`)."""
-    valid = list(inspect.signature(Options.build).parameters)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        what = "an unknown option" if len(unknown) == 1 else "unknown options"
-        raise TypeError(
-            f"@idempotent(...) got {what} {', '.join(map(repr, unknown))}; "
-            f"the options are: {', '.join(valid)}."
-        )
+    """Refuse an unknown keyword, naming the valid ones (read from :class:`ViewOptions`)."""
+    if _VIEW_NAMES.issuperset(options):
+        return
+    unknown = sorted(set(options).difference(VIEW_OPTIONS))
+    what = "an unknown option" if len(unknown) == 1 else "unknown options"
+    raise TypeError(
+        f"@idempotent(...) got {what} {', '.join(map(repr, unknown))}; "
+        f"the options are: {', '.join(VIEW_OPTIONS)}."
+    )
+
+
+def check_keywords(owner: str, given: Mapping[str, object], accepted: Iterable[str]) -> None:
+    """Refuse a keyword ``owner`` does not take, as Python would for a written-out signature."""
+    for name in given:
+        if name not in accepted:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+
+
+def build_for(owner: str, given: Mapping[str, Any], accepted: Iterable[str]) -> Options:
+    """:meth:`Options.build` for a face taking only the ``accepted`` options (its layer's)."""
+    check_keywords(owner, given, accepted)
+    return Options.build(**given)
 
 
 def _seconds(duration: timedelta) -> str:
@@ -244,9 +278,7 @@ def _check_instance(name: str, value: object, kind: type) -> None:
         raise TypeError(f"@idempotent({name}=...) must be a {kind.__name__}, got {value!r}.")
 
 
-def _wait(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
+def _wait(value: float | timedelta) -> float:
     try:
         return bounded(value, MAX_WAIT, zero=True).total_seconds()
     except (TypeError, ValueError):
@@ -255,9 +287,7 @@ def _wait(value: float | timedelta | None) -> float | None:
         ) from None
 
 
-def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
-    if value is None:
-        return None
+def _duration(name: str, value: float | timedelta) -> timedelta:
     try:
         return bounded(value, MAX_TTL)
     except TypeError:
@@ -270,8 +300,25 @@ def _duration(name: str, value: float | timedelta | None) -> timedelta | None:
         ) from None
 
 
-def _redactor(value: Redactor | Sequence[str] | None) -> Redactor | None:
+def _redactor(value: Redactor | Sequence[str]) -> Redactor | None:
     try:
         return redactor(value)
     except TypeError as exc:
         raise TypeError(f"@idempotent({exc}".replace("redact= ", "redact=...) ", 1)) from None
+
+
+def _methods(value: Iterable[str]) -> frozenset[str]:
+    if isinstance(value, str):
+        raise TypeError('@idempotent(methods=...) takes a list, e.g. ["POST"].')
+    return frozenset(m.upper() for m in value)
+
+
+#: How an option's value (not None) is checked and made ready for :class:`Options` (the
+#: others are checked there, as given): the one place a new option's normaliser goes.
+_READY: Final[Mapping[str, Callable[[Any], Any]]] = {
+    "ttl": partial(_duration, "ttl"),
+    "lease": partial(_duration, "lease"),
+    "methods": _methods,
+    "wait": _wait,
+    "redact": _redactor,
+}
