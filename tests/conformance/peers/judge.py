@@ -103,15 +103,17 @@ def wrong_effects(
         bad = [r for r in runs if r.status == 201 and rule(r.key)]
         if bad:
             found.append(f"{len(bad)} request(s) with the scenario's bad key ran and created")
-    named = {c.answer_id for c in calls}
+    owners = {r.id: r.caller for r in every}
+    leaked = [
+        c for c in calls if 200 <= c.status < 300 and owners.get(c.answer_id, c.caller) != c.caller
+    ]
+    found += [f"a caller got the answer of another caller's run {c.answer_id}" for c in leaked]
+    # A run hidden behind another caller's answer is that leak, not another wrong.
+    leaked_to = {(c.caller, c.key) for c in leaked}
+    named = {c.answer_id for c in calls} | {r.id for r in runs if (r.caller, r.key) in leaked_to}
     hidden = [r.id for r in runs if r.status == 201 and r.id not in named]
     if hidden:
         found.append(f"run(s) {hidden} created, and no answer named them")
-    owners = {r.id: r.caller for r in every}
-    for call in calls:
-        owner = owners.get(call.answer_id) if call.answer_id is not None else None
-        if 200 <= call.status < 300 and owner is not None and owner != call.caller:
-            found.append(f"a caller got the answer of another caller's run {call.answer_id}")
     return found
 
 

@@ -13,8 +13,9 @@
 #
 #   tests/conformance/peers/run.sh [package ...]
 #
-# Results in $WORK: <package>.<profile>.{json,txt,stamps.json,judged.json},
-# <package>.{timings.tsv,disagreements.txt}, peers.rst (the table pasted into docs/verify.rst). Environment: WORK (default
+# Results in $WORK: <file>.<profile>.{json,txt,err,stamps.json,judged.json},
+# <file>.{timings.tsv,disagreements.txt,server.log} (<file>: the package's name, @scope/name as
+# scope-name), peers.rst (the table pasted into docs/verify.rst). Environment: WORK (default
 # /tmp/idem-peers), PG (default postgres://postgres@127.0.0.1:5432), REDIS (default
 # redis://127.0.0.1:6379/11), PORT_BASE (default 18100), PYTHON (default python3.11),
 # RUNNER (the python that runs this checkout's runner; default .venv/bin/python).
@@ -40,6 +41,7 @@ PEERS=(
   "asgi|asgi-idempotency-header==0.2.0||redis<5"
   "asgi|fastapi-idempotency==0.1.1||"
   "express|express-idempotency==1.0.6||express@4 pg@8"
+  "nest|@node-idempotency/nestjs==1.0.4||@nestjs/common@10 @nestjs/core@10 @nestjs/platform-express@10 reflect-metadata rxjs@7 pg@8"
 )
 
 install() {  # kind, spec, extra, dir
@@ -53,15 +55,15 @@ install() {  # kind, spec, extra, dir
       "$PYTHON" -m venv "$dir/venv"
       # shellcheck disable=SC2086  # lists split on purpose
       "$dir/venv/bin/pip" install -q "$spec" $base "psycopg[binary]" $extra ;;
-    express)
-      [ -d "$dir/node_modules/express-idempotency" ] && return
+    express | nest)
+      [ -d "$dir/node_modules/${spec%%==*}" ] && return
       # shellcheck disable=SC2086
       (cd "$dir" && npm install -s --no-audit --no-fund "${spec/==/@}" $extra) ;;
   esac
 }
 
 serve() {  # kind, name, dir, port, db, flags: starts the app in the background, sets PID and CALLERS
-  local kind=$1 name=$2 dir=$3 port=$4 db=$5 flags=$6 log="$WORK/$2.server.log"
+  local kind=$1 name=$2 dir=$3 port=$4 db=$5 flags=$6 log="$3.server.log"
   export PEER=$name PEER_DB=$db PEER_DSN="$PG/$db" PEER_REDIS=$REDIS PORT=$port
   export PEER_KEY_HEADER=Idempotency-Key  # the header the app records as the key: the runner's
   if [[ $flags == *--key-header* ]]; then PEER_KEY_HEADER=${flags#*--key-header }; fi
@@ -80,9 +82,9 @@ serve() {  # kind, name, dir, port, db, flags: starts the app in the background,
       psql -q "$PG/$db" -f "$HERE/apps/schema.sql"
       "$dir/venv/bin/uvicorn" --app-dir "$HERE/apps/asgi" --host 127.0.0.1 --port "$port" \
         --log-level warning peerapp:served > "$log" 2>&1 & ;;
-    express)
+    express | nest)
       psql -q "$PG/$db" -f "$HERE/apps/schema.sql"
-      NODE_PATH="$dir/node_modules" NODE_ENV=production node "$HERE/apps/express/app.js" \
+      NODE_PATH="$dir/node_modules" NODE_ENV=production node "$HERE/apps/$kind/app.js" \
         > "$log" 2>&1 & ;;
   esac
   PID=$!
@@ -100,14 +102,16 @@ print(" ".join(Token.objects.get_or_create(user=u)[0].key for u in users))'
 peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, judge each
   local kind=$1 spec=$2 flags=$3 extra=$4 n=$5
   local name=${spec%%==*} port=$((PORT_BASE + n)) db="idem_peers_${n}" t0=$SECONDS
-  install "$kind" "$spec" "$extra" "$WORK/$name"
+  local file=${name#@}
+  file=${file//\//-}  # @scope/name: scope-name
+  install "$kind" "$spec" "$extra" "$WORK/$file"
   psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
-  serve "$kind" "$name" "$WORK/$name" "$port" "$db" "$flags"
+  serve "$kind" "$name" "$WORK/$file" "$port" "$db" "$flags"
   local setup=$((SECONDS - t0)) url="http://127.0.0.1:$port"
-  : > "$WORK/$name.timings.tsv"
-  : > "$WORK/$name.disagreements.txt"
+  : > "$WORK/$file.timings.tsv"
+  : > "$WORK/$file.disagreements.txt"
   for profile in strict draft; do
-    local t1=$SECONDS out="$WORK/$name.$profile" judged=agrees
+    local t1=$SECONDS out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
     (cd "$ROOT" && "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
       --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
@@ -115,9 +119,9 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
       > "$out.txt" 2> "$out.err" || true
     local took=$((SECONDS - t1))
     "$RUNNER" "$HERE/judge.py" "$PG/$db" "$out.json" "$out.stamps.json" "$profile" \
-      "$out.judged.json" | tee -a "$WORK/$name.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
+      "$out.judged.json" | tee -a "$WORK/$file.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "$profile" "$setup" "$took" \
-      "$(tail -1 "$out.txt")" "$judged" | tee -a "$WORK/$name.timings.tsv"
+      "$(tail -1 "$out.txt")" "$judged" | tee -a "$WORK/$file.timings.tsv"
   done
   stop
 }
@@ -130,18 +134,23 @@ stop() {
 }
 trap stop EXIT
 
-mkdir -p "$WORK"
-FAILED=0
-n=0
-for entry in "${PEERS[@]}"; do
-  IFS='|' read -r kind spec flags extra <<< "$entry"
-  n=$((n + 1))
-  if [ $# -gt 0 ] && [[ " $* " != *" ${spec%%==*} "* ]]; then continue; fi
-  peer "$kind" "$spec" "$flags" "$extra" "$n"
-done
-"$RUNNER" "$HERE/table.py" "$WORK" "${PEERS[@]}" > "$WORK/peers.rst"
-echo "table: $WORK/peers.rst"
-if [ "$FAILED" != 0 ]; then
-  echo "the runner's verdicts and the counted effects disagree: $WORK/*.disagreements.txt" >&2
-  exit 1
-fi
+main() {  # a function, read whole before it runs: editing this file mid-run is harmless
+  mkdir -p "$WORK"
+  FAILED=0
+  local n=0 entry kind spec flags extra
+  for entry in "${PEERS[@]}"; do
+    IFS='|' read -r kind spec flags extra <<< "$entry"
+    n=$((n + 1))
+    if [ $# -gt 0 ] && [[ " $* " != *" ${spec%%==*} "* ]]; then continue; fi
+    peer "$kind" "$spec" "$flags" "$extra" "$n"
+  done
+  "$RUNNER" "$HERE/table.py" "$WORK" "${PEERS[@]}" > "$WORK/peers.rst"
+  echo "table: $WORK/peers.rst"
+  if [ "$FAILED" != 0 ]; then
+    echo "the runner's verdicts and the counted effects disagree: $WORK/*.disagreements.txt" >&2
+    return 1
+  fi
+}
+
+main "$@"
+exit

@@ -13,11 +13,16 @@ from typing import Any
 
 PROFILES = ("strict", "draft")
 MARKS = {"pass": "pass", "fail": "FAIL", "not run": "not run"}
-KINDS = {"django": "Django (DRF, gunicorn)", "asgi": "FastAPI (uvicorn)", "express": "Express"}
+KINDS = {
+    "django": "Django (DRF, gunicorn)",
+    "asgi": "FastAPI (uvicorn)",
+    "express": "Express 4",
+    "nest": "NestJS 10 (Express)",
+}
 
 
 def load(work: Path, name: str, profile: str) -> list[dict[str, Any]]:
-    path = work / f"{name}.{profile}.judged.json"
+    path = work / f"{name.lstrip('@').replace('/', '-')}.{profile}.judged.json"
     return json.loads(path.read_text()) if path.exists() else []
 
 

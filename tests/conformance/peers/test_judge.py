@@ -68,6 +68,15 @@ def test_an_answer_naming_another_callers_run_is_a_leak() -> None:
     assert wrong_effects("other-caller", "draft", rows, refused, rows) == []
 
 
+def test_a_run_behind_a_leaked_answer_is_the_leak() -> None:
+    """The other caller's request ran, and got the first caller's answer: one wrong."""
+    rows = runs(("k", A, 201, 1.0), ("k", B, 201, 2.0))
+    calls = [Call("k", A, 201, 1, 0.9), Call("k", B, 201, 1, 1.9)]
+    assert wrong_effects("other-caller", "strict", rows, calls, rows) == [
+        "a caller got the answer of another caller's run 1"
+    ]
+
+
 def test_a_run_after_a_replayed_refusal_is_a_hidden_execution() -> None:
     rows = runs(("k", A, 400, 1.0), ("k", A, 201, 3.0))
     replayed = [Call("k", A, 400, None, 0.9), Call("k", A, 400, None, 2.0)]
