@@ -7,11 +7,14 @@ Each PEER is run.sh's ``kind|package==version|flags|extra``; the results are
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 PROFILES = ("strict", "draft")
+HOOKS = "needs the test hooks"
+UUID = re.compile(r"([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MARKS = {"pass": "pass", "fail": "FAIL", "not run": "not run"}
 KINDS = {
     "django": "Django (DRF, gunicorn)",
@@ -35,17 +38,17 @@ def timings(work: Path) -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def clean(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split()).replace("|", "/").replace("*", "\\*").replace("`", "'")
+    text = UUID.sub(lambda m: m.group(1) + "…", " ".join(text.split()))
+    text = text.replace("|", "/").replace("*", "\\*").replace("`", "'")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def summary(judged: list[dict[str, Any]]) -> str:
-    count = {v: sum(j["verdict"] == v for j in judged) for v in MARKS}
+    verdicts = [j["verdict"] for j in judged]
+    count = {v: verdicts.count(v) for v in [*MARKS, *sorted(set(verdicts) - set(MARKS))]}
     agree = sum(j["agreement"] == "agree" for j in judged)
-    return (
-        f"{count['pass']} pass, {count['fail']} fail, {count['not run']} not run; "
-        f"{agree}/{len(judged)} agree with the rows"
-    )
+    shown = ", ".join(f"{n} {v}" for v, n in count.items() if n or v in MARKS)
+    return f"{shown}; {agree}/{len(judged)} agree with the rows"
 
 
 def cell(judged: list[dict[str, Any]], name: str) -> str:
@@ -53,15 +56,53 @@ def cell(judged: list[dict[str, Any]], name: str) -> str:
     if not found:
         return "?"
     j = found[0]
-    text = f"{MARKS[j['verdict']]} ({j['created']})"
+    text = f"{MARKS.get(j['verdict'], j['verdict'])} ({j['created']})"
     return text if j["agreement"] == "agree" else f"**{text}: {j['agreement']}**"
 
 
-def rests_on(j: dict[str, Any]) -> str:
-    rows = f"rows: {j['created']} created, {j['runs']} runs of the view, {j['calls']} requests"
+def rows(j: dict[str, Any]) -> str:
+    return f"{j['created']} created by {j['runs']} runs of the view, {j['calls']} requests"
+
+
+def rests_on(j: dict[str, Any], draft: dict[str, Any] | None = None) -> str:
+    counted = f"strict: {rows(j)}; draft: {rows(draft)}" if draft else f"rows: {rows(j)}"
     wrong = f"; wrong: {'; '.join(j['wrong'])}" if j["wrong"] else ""
     disagree = f" — **{j['agreement']}**" if j["agreement"] != "agree" else ""
-    return f"{clean(j['reason'])} ({rows}{clean(wrong, 240)}){disagree}"
+    if draft and draft["agreement"] != "agree":
+        disagree += f" (draft: **{draft['agreement']}**)"
+    return f"{clean(j['reason'])} ({counted}{clean(wrong, 240)}){disagree}"
+
+
+def shown(j: dict[str, Any]) -> bool:
+    """Failures and disagreements; a ``not run`` unless it only lacks the test hooks."""
+    if j["agreement"] != "agree" or j["verdict"] == "fail":
+        return True
+    return j["verdict"] != "pass" and HOOKS not in j["reason"]
+
+
+def numbers(text: str) -> str:
+    """The text without its ids, keys and counts: what two runs' reasons share."""
+    return re.sub(r"\d+", "#", UUID.sub("", text))
+
+
+def explained(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per verdict other than a pass (one for both profiles when they agree)."""
+    strict = {j["name"]: j for j in runs["strict"]}
+    lines = []
+    for draft in runs["draft"]:
+        first = strict.get(draft["name"])
+        same = first is not None and (first["verdict"], numbers(first["reason"])) == (
+            draft["verdict"],
+            numbers(draft["reason"]),
+        )
+        if first is not None and shown(first):
+            label = "strict and draft" if same else "strict"
+            lines.append(
+                f"* ``{first['name']}`` ({label}): {rests_on(first, draft if same else None)}"
+            )
+        if shown(draft) and not same:
+            lines.append(f"* ``{draft['name']}`` (draft): {rests_on(draft)}")
+    return lines
 
 
 def main(argv: list[str]) -> None:
@@ -91,11 +132,7 @@ def main(argv: list[str]) -> None:
     out.append("")
     for _, spec, _, _ in peers:
         out += [f"``{spec}``, what each verdict other than a pass rests on:", ""]
-        for profile in PROFILES:
-            for j in runs[spec][profile]:
-                if j["verdict"] != "pass" or j["agreement"] != "agree":
-                    out.append(f"* ``{j['name']}`` ({profile}): {rests_on(j)}")
-        out.append("")
+        out += [*explained(runs[spec]), ""]
     print("\n".join(out))
 
 
