@@ -24,6 +24,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 RUNNER=${RUNNER:-$ROOT/.venv/bin/python}
+RUNNER=$(cd "$(dirname "$RUNNER")" && pwd)/$(basename "$RUNNER")  # the Makefile's is relative
 WORK=${WORK:-/tmp/idem-peers}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS=${REDIS:-redis://127.0.0.1:6379/11}
