@@ -206,13 +206,26 @@ def read_rows(dsn: str) -> tuple[list[Run], list[Call]]:
     return runs, calls
 
 
+def no_report(stderr: Path) -> list[Judged]:
+    """The runner ended without its JSON: one row saying so, with its last words."""
+    lines = stderr.read_text().splitlines() if stderr.exists() else []
+    last = lines[-1] if lines else "no output"
+    reason = f"the runner wrote no report: {last}"
+    return [Judged("(the run)", "no report", reason, 0, 0, 0, None, agreement="no report")]
+
+
 def main(argv: list[str]) -> int:
+    """``DSN REPORT STAMPS PROFILE [OUT [STDERR]]``: exit 1 on any disagreement."""
     dsn, report_path, stamps_path, profile = argv[:4]
-    report = json.loads(Path(report_path).read_text())
-    report.setdefault("profile", profile)
-    stamps = [tuple(s) for s in json.loads(Path(stamps_path).read_text())]
-    runs, calls = read_rows(dsn)
-    judged = judge(report, stamps, runs, calls)  # type: ignore[arg-type]
+    stderr = Path(argv[5]) if len(argv) > 5 else Path(report_path).with_suffix(".err")
+    if Path(report_path).exists():
+        report = json.loads(Path(report_path).read_text())
+        report.setdefault("profile", profile)
+        stamps = [tuple(s) for s in json.loads(Path(stamps_path).read_text())]
+        runs, calls = read_rows(dsn)
+        judged = judge(report, stamps, runs, calls)  # type: ignore[arg-type]
+    else:
+        judged = no_report(stderr)
     if len(argv) > 4:
         Path(argv[4]).write_text(json.dumps([j.as_dict() for j in judged], indent=2) + "\n")
     bad = [j for j in judged if j.agreement != AGREE]

@@ -41,6 +41,7 @@ PEERS=(
   "django|drf-idem==0.1.1|--key-header X-Request-ID|redis"
   "asgi|asgi-idempotency-header==0.2.0||redis<5"
   "asgi|fastapi-idempotency==0.1.1||"
+  "asgi|idemptx==0.2.2||"
   "express|express-idempotency==1.0.6||express@4 pg@8"
   "nest|@node-idempotency/nestjs==1.0.4||@nestjs/common@10 @nestjs/core@10 @nestjs/platform-express@10 reflect-metadata rxjs@7 pg@8"
 )
@@ -114,15 +115,17 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
   for profile in strict draft; do
     local t1=$SECONDS out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
-    (cd "$ROOT" && "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
+    (cd "$ROOT" && PYTHONPATH="$ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
       --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
       --count-url "$url/count/" --profile "$profile" $flags --json "$out.json") \
       > "$out.txt" 2> "$out.err" || true
     local took=$((SECONDS - t1))
     "$RUNNER" "$HERE/judge.py" "$PG/$db" "$out.json" "$out.stamps.json" "$profile" \
-      "$out.judged.json" | tee -a "$WORK/$file.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
+      "$out.judged.json" "$out.err" | tee -a "$WORK/$file.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
+    local summary
+    summary=$(tail -1 "$out.txt")
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "$profile" "$setup" "$took" \
-      "$(tail -1 "$out.txt")" "$judged" | tee -a "$WORK/$file.timings.tsv"
+      "${summary:-no table: $(tail -1 "$out.err")}" "$judged" | tee -a "$WORK/$file.timings.tsv"
   done
   stop
 }

@@ -54,7 +54,7 @@ def summary(judged: list[dict[str, Any]]) -> str:
 def cell(judged: list[dict[str, Any]], name: str) -> str:
     found = [j for j in judged if j["name"] == name]
     if not found:
-        return "?"
+        return "—"
     j = found[0]
     text = f"{MARKS.get(j['verdict'], j['verdict'])} ({j['created']})"
     return text if j["agreement"] == "agree" else f"**{text}: {j['agreement']}**"
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
             out += [f"   * - ``{spec}``", f"     - {KINDS[kind]}"]
             out += [f"     - {f'``{flags}``' if flags else '—'}", f"     - {profile}"]
             out += [f"     - {summary(runs[spec][profile])}", f"     - {took} s ({setup} s)"]
-    names = [j["name"] for j in runs[peers[0][1]]["strict"]]
+    names = list(dict.fromkeys(j["name"] for r in runs.values() for p in PROFILES for j in r[p]))
     out += ["", ".. list-table:: strict / draft (rows created)", "   :header-rows: 1", ""]
     out += ["   * - scenario"] + [f"     - ``{spec.split('==')[0]}``" for _, spec, _, _ in peers]
     for name in names:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conformance.peers import stamp
 from tests.conformance.peers.judge import Call, Run, judge, judge_one, wrong_effects
+from tests.conformance.peers.judge import main as judge_main
 
 RECORDED = Path(__file__).parent / "recorded"
 A, B = "Token a", "Token b"
@@ -153,3 +154,14 @@ def test_stamp_notes_each_scenario_once_and_writes_through() -> None:
         stamped.write(line)
     assert [name for name, _ in stamped.stamps] == ["replay", "storm"]
     assert out.getvalue().startswith("replay …\nstorm …")
+
+
+def test_a_run_without_a_report_is_a_disagreement(tmp_path: Path) -> None:
+    """The runner died (a traceback, no JSON): the tier fails, saying how it ended."""
+    (tmp_path / "err").write_text("Traceback …\nValueError: RemoteProtocolError: disconnected\n")
+    out = tmp_path / "judged.json"
+    args = ["dsn", str(tmp_path / "none.json"), "stamps", "draft", str(out), str(tmp_path / "err")]
+    assert judge_main(args) == 1
+    (row,) = json.loads(out.read_text())
+    assert row["agreement"] == "no report"
+    assert row["reason"].endswith("ValueError: RemoteProtocolError: disconnected")

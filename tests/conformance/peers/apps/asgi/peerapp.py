@@ -41,11 +41,27 @@ elif PEER == "fastapi-idempotency":
     app = FastAPI()
     # Its README: for a logged-in API, scope by the caller, not the default client IP.
     app.add_middleware(IdempotencyMiddleware, scope=caller)
+elif PEER == "idemptx":
+    import redis
+    from idemptx import idempotent
+    from idemptx.backend import RedisBackend
+
+    app = FastAPI()
+    # Its Quick Start: the decorator under the route, the sync Redis backend, and no handler
+    # for its exceptions (a missing key, a conflict): the README names none, so they are 500s.
+    idempotency = idempotent(
+        storage_backend=RedisBackend(redis.Redis.from_url(os.environ["PEER_REDIS"]))
+    )
 else:
     raise SystemExit(f"unknown PEER {PEER!r}")
 
 
+def protected(view):
+    return idempotency(view) if PEER == "idemptx" else view
+
+
 @app.post("/charges/")
+@protected
 async def create(request: Request):
     try:
         data = json.loads(await request.body())
