@@ -1,6 +1,6 @@
 """Judge the runner's verdicts against the effects a peer app recorded, scenario by scenario.
 
-``judge.py DSN REPORT STAMPS PROFILE [OUT]``: REPORT is the runner's ``--json``, STAMPS
+``judge.py DSN REPORT STAMPS PROFILE [OUT [STDERR]]``: REPORT is the runner's ``--json``, STAMPS
 ``stamp.py``'s times, DSN the peer's database, whose ``charges`` (one row per run of the
 view) and ``calls`` (one row per request answered, written by the app's outermost layer)
 were written by the app, never by the runner. Each scenario's rows are those that arrived
@@ -19,7 +19,9 @@ that claims no execution and no leak; something wrong, and a failure whose reaso
 (an execution, or the other caller's answer). Else: ``false pass``, ``missed`` (not run
 over a wrong effect), ``wrong reason``, ``false fail``. When the runner counted effects
 (``N effects counted``), the rows that created must number the same, else ``count
-differs``. Writes the judged scenarios to OUT (JSON) and exits 1 on any disagreement.
+differs``; a run that left no report (STDERR has its last words) is ``no report``, a
+scenario whose start was not noted ``unstamped``. Writes the judged scenarios to OUT (JSON)
+and exits 1 on any disagreement.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 AGREE = "agree"
-CLAIMS_RUN = re.compile(r"execut|ran the view|something ran|created in between|ran again")
+CLAIMS_RUN = re.compile(r"execut|ran the view|ran under|something ran|created in between|ran again")
 CLAIMS_LEAK = re.compile(r"first caller's answer")
 COUNTED = re.compile(r"^(\d+) effects counted")
 BAD_KEYS = {  # the strict key-*-400 scenarios: which key no request may run under
@@ -174,6 +176,12 @@ def judge(
     judged = []
     for result in report["scenarios"]:
         name = result["name"]
+        if name not in bounds:
+            why = "stamp.py noted no start for it: has the runner's progress line changed?"
+            judged.append(
+                Judged(name, result["verdict"], why, 0, 0, 0, None, agreement="unstamped")
+            )
+            continue
         start, end = bounds[name]
         mine, theirs = window(runs, start, end), window(calls, start, end)
         created = sum(r.status == 201 for r in mine)

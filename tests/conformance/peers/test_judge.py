@@ -127,6 +127,12 @@ def test_rows_are_cut_at_the_stamps() -> None:
     ]
 
 
+def test_a_scenario_without_a_stamp_is_a_disagreement() -> None:
+    report = {"scenarios": [{"name": "storm", "verdict": "pass", "evidence": ["", "n"]}]}
+    (judged,) = judge(report, [("replay", 1.0), ("end", 2.0)], [], [])
+    assert judged.agreement == "unstamped"
+
+
 def recorded(name: str) -> tuple[dict[str, Any], list[tuple[str, float]], list[Run], list[Call]]:
     data = json.loads((RECORDED / f"{name}.json").read_text())
     rows = [Run(*row) for row in data["rows"]["charges"]]
