@@ -18,7 +18,8 @@
 # scope-name), peers.rst (the table pasted into docs/verify.rst). Environment: WORK (default
 # /tmp/idem-peers), PG (default postgres://postgres@127.0.0.1:5432), REDIS (default
 # redis://127.0.0.1:6379/11), PORT_BASE (default 18100), PYTHON (default python3.11),
-# RUNNER (the python that runs this checkout's runner; default .venv/bin/python).
+# RUNNER (the python that runs the runner; default .venv/bin/python), RUNNER_ROOT (the checkout
+# whose runner is judged; default this one).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,7 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS=${REDIS:-redis://127.0.0.1:6379/11}
 PORT_BASE=${PORT_BASE:-18100}
 PYTHON=${PYTHON:-python3.11}
+RUNNER_ROOT=${RUNNER_ROOT:-$ROOT}
 export PYTHONDONTWRITEBYTECODE=1
 
 # kind | package==version | the runner's flags it needs | what else its app installs
@@ -115,7 +117,7 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
   for profile in strict draft; do
     local t1=$SECONDS out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
-    (cd "$ROOT" && PYTHONPATH="$ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
+    (cd "$RUNNER_ROOT" && PYTHONPATH="$RUNNER_ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
       --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
       --count-url "$url/count/" --profile "$profile" $flags --json "$out.json") \
       > "$out.txt" 2> "$out.err" || true
