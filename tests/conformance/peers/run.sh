@@ -4,7 +4,7 @@
 #
 # Not in CI: it downloads from PyPI and npm. For each package, a virtualenv (or node_modules)
 # of its own and a tiny app wired as the package's README says (apps/: a DRF project, a
-# FastAPI app, an Express app), over a PostgreSQL database of its own: POST /charges/ writes a
+# FastAPI app, an Express app, a NestJS app), over a PostgreSQL database of its own: POST /charges/ writes a
 # row per run of the view (charges), the app's outermost layer a row per request answered
 # (calls), GET /count/ is the runner's --count-url; two callers (Authorization). For each
 # profile (strict, draft) the runner runs through stamp.py (its command line, with each
@@ -117,8 +117,8 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
   for profile in strict draft; do
     local t1=$SECONDS out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
-    (cd "$RUNNER_ROOT" && PYTHONPATH="$RUNNER_ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" -- "$url/charges/" \
-      --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
+    (cd "$RUNNER_ROOT" && PYTHONPATH="$RUNNER_ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" \
+      -- "$url/charges/" --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
       --count-url "$url/count/" --profile "$profile" $flags --json "$out.json") \
       > "$out.txt" 2> "$out.err" || true
     local took=$((SECONDS - t1))
@@ -134,7 +134,7 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
 
 stop() {
   [ -n "${PID:-}" ] || return 0
-  kill "$PID"
+  kill "$PID" 2> /dev/null || true  # it may have died: its log says why
   wait "$PID" 2> /dev/null || true
   PID=
 }
