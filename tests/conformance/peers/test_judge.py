@@ -171,3 +171,17 @@ def test_a_run_without_a_report_is_a_disagreement(tmp_path: Path) -> None:
     (row,) = json.loads(out.read_text())
     assert row["agreement"] == "no report"
     assert row["reason"].endswith("ValueError: RemoteProtocolError: disconnected")
+
+
+def test_a_recorded_hidden_run_behind_a_replayed_refusal() -> None:
+    """drf-idem 0.1.1 runs the view for every duplicate and answers the first answer: its
+    stored 400 replayed over a valid body that ran. 0.5's runner said ``not run`` there."""
+    report, stamps, rows, calls = recorded("drf-idem.strict")
+    judged = {j.name: j for j in judge(report, stamps, rows, calls)}
+    assert judged["final-4xx-replayed"].agreement == "agree"
+    assert judged["final-4xx-replayed"].wrong
+    for scenario in report["scenarios"]:
+        if scenario["name"] == "final-4xx-replayed":
+            scenario["verdict"] = "not run"
+    judged = {j.name: j for j in judge(report, stamps, rows, calls)}
+    assert judged["final-4xx-replayed"].agreement == "missed"
