@@ -107,7 +107,9 @@ def wrong_effects(
             found.append(f"{len(bad)} request(s) with the scenario's bad key ran and created")
     owners = {r.id: r.caller for r in every}
     leaked = [
-        c for c in calls if 200 <= c.status < 300 and owners.get(c.answer_id, c.caller) != c.caller
+        c
+        for c in calls
+        if 200 <= c.status < 300 and c.answer_id in owners and owners[c.answer_id] != c.caller
     ]
     found += [f"a caller got the answer of another caller's run {c.answer_id}" for c in leaked]
     # A run hidden behind another caller's answer is that leak, not another wrong.
@@ -229,9 +231,9 @@ def main(argv: list[str]) -> int:
     if Path(report_path).exists():
         report = json.loads(Path(report_path).read_text())
         report.setdefault("profile", profile)
-        stamps = [tuple(s) for s in json.loads(Path(stamps_path).read_text())]
+        stamps = [(name, at) for name, at in json.loads(Path(stamps_path).read_text())]
         runs, calls = read_rows(dsn)
-        judged = judge(report, stamps, runs, calls)  # type: ignore[arg-type]
+        judged = judge(report, stamps, runs, calls)
     else:
         judged = no_report(stderr)
     if len(argv) > 4:

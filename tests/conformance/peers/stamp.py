@@ -25,7 +25,8 @@ class Stamped:
     """A text stream that notes when a line naming a scenario was written to it."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream, self.stamps = stream, []  # type: list[tuple[str, float]]
+        self.stream = stream
+        self.stamps: list[tuple[str, float]] = []
         self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
@@ -43,7 +44,7 @@ class Stamped:
 def main(argv: list[str]) -> int:
     path, args = Path(argv[0]), argv[argv.index("--") + 1 :]
     stamped = Stamped(sys.stderr)
-    sys.stderr = stamped  # type: ignore[assignment]
+    sys.stderr = stamped  # a TextIO in all but name
     try:
         status = cli.main(args)
     finally:

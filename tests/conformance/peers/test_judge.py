@@ -137,7 +137,7 @@ def recorded(name: str) -> tuple[dict[str, Any], list[tuple[str, float]], list[R
     data = json.loads((RECORDED / f"{name}.json").read_text())
     rows = [Run(*row) for row in data["rows"]["charges"]]
     calls = [Call(*row) for row in data["rows"]["calls"]]
-    return data["report"], [tuple(s) for s in data["stamps"]], rows, calls  # type: ignore[misc]
+    return data["report"], [(name, at) for name, at in data["stamps"]], rows, calls
 
 
 def test_a_recorded_run_agrees_and_a_leak_passed_would_not() -> None:
