@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from idempotency_django.conformance.scenarios import (
-    FAIL,
     KEY_FORMATS,
     PROFILES,
     Answer,
     Options,
     Result,
+    failures,
     run_scenarios,
 )
 from idempotency_django.exceptions import (
@@ -294,7 +294,7 @@ def run_conformance(
 def assert_conformance(client: Any, path: str, **kwargs: Any) -> list[Result]:
     """:func:`run_conformance`, raising ``AssertionError`` with the evidence of every failure."""
     results = run_conformance(client, path, **kwargs)
-    failed = [r for r in results if r.verdict == FAIL]
+    failed = list(failures(results))  # a runner's error fails the test too
     lines = [f"{r.name}: " + "; ".join(r.evidence) for r in failed]
     _expect(not failed, "conformance scenarios failed:\n" + "\n".join(lines))
     return results

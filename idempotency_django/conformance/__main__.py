@@ -1,4 +1,4 @@
-"""``python -m idempotency_django.conformance URL ...``: judge a live endpoint (docs/verify.rst)."""
+"""``python -m idempotency_django.conformance URL ...``: ``idempotency-conformance URL ...``."""
 
 from __future__ import annotations
 
@@ -7,4 +7,4 @@ import sys
 from idempotency_django.conformance.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m idempotency_django.conformance"))

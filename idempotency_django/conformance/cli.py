@@ -1,4 +1,9 @@
-"""The command line: parse, run every scenario over HTTP, print the table, exit 0, 1 or 2."""
+"""The command line: parse, run every scenario over HTTP, print the table, exit 0, 1 or 2.
+
+``idempotency-conformance`` (the console script) and ``python -m
+idempotency_django.conformance`` both call :func:`main`. Nothing here needs Django's
+settings, and ``--help`` imports neither Django nor httpx: the command starts at once.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +23,14 @@ from idempotency_django.conformance.scenarios import (
     PROFILES,
     STRICT,
     Options,
+    Result,
     failures,
     run_scenarios,
 )
 
 USAGE_ERROR = 2
+PROG = "idempotency-conformance"
+INSTALL = 'pip install "idempotency-django[conformance]"'
 
 
 def header(text: str) -> tuple[str, str]:
@@ -42,12 +50,23 @@ def body(text: str) -> dict[str, Any]:
     return data
 
 
-def parser() -> argparse.ArgumentParser:
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(
-        prog="python -m idempotency_django.conformance",
-        description="Judge a live endpoint protected by Idempotency-Key against the contract "
-        "of docs/http.rst (or the IETF draft's, --profile draft). Exit status 0 when every "
-        "scenario that ran passed, 1 when any failed, 2 on a usage error.",
+        prog=prog,
+        description="Judge a live endpoint protected by Idempotency-Key, in any language, "
+        "against the contract of idempotency-django (or the IETF draft's, --profile draft). "
+        "Exit status 0 when every scenario that ran passed, 1 when any failed or timed out, "
+        "2 on a usage error.",
     )
     cli.add_argument("url", metavar="URL", help="an endpoint that creates something on POST")
     cli.add_argument(
@@ -95,15 +114,53 @@ def parser() -> argparse.ArgumentParser:
         help='a GET answering the number of effects so far (an integer or {"count": n}), '
         "read before and after each scenario",
     )
+    cli.add_argument(
+        "--timeout",
+        type=seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long one request may take before its scenario is a timeout (default: 30)",
+    )
+    cli.add_argument(
+        "--marked-retry",
+        action="store_true",
+        default=None,
+        help="also send this library's marked retry (Idempotency-Retry) under --profile draft",
+    )
+    cli.add_argument(
+        "--hooks",
+        action="store_true",
+        default=None,
+        help="also send this library's test hooks (Idempotency-Test-*) under --profile draft",
+    )
     cli.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
     return cli
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    from idempotency_django.conformance.http import HttpTransport
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        from idempotency_django.conformance.http import HttpTransport
+    except ImportError as error:  # httpx is an extra: say which
+        print(f"{prog} needs httpx ({error}): {INSTALL}", file=sys.stderr)
+        return USAGE_ERROR
+    transport = HttpTransport(
+        args.url, dict(args.header), dict(args.other_caller_header), timeout=args.timeout
+    )
+    try:
+        results = _run(transport, args)
+    finally:
+        transport.close()
+    if results is None:
+        return USAGE_ERROR
+    print(table(results))
+    if args.json is not None:
+        write_json(args.json, args.url, results, args.profile)
+    return 1 if any(True for _ in failures(results)) else 0
 
-    transport = HttpTransport(args.url, dict(args.header), dict(args.other_caller_header))
+
+def _run(transport: Any, args: argparse.Namespace) -> list[Result] | None:
+    """Every scenario's result; None when ``--count-url`` does not answer a number at start."""
     options = Options(
         body=args.body,
         id_field=args.id_field,
@@ -111,22 +168,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         key_format=args.key_format,
         profile=args.profile,
         progress=_progress,
+        marked_retry=args.marked_retry,
+        hooks=args.hooks,
     )
-    try:
-        if args.count_url:
-            try:
-                transport.count(args.count_url)
-            except ValueError as error:
-                print(f"--count-url {args.count_url}: {error}", file=sys.stderr)
-                return USAGE_ERROR
-            options.executions = functools.partial(transport.count, args.count_url)
-        results = run_scenarios(transport, options)
-    finally:
-        transport.close()
-    print(table(results))
-    if args.json is not None:
-        write_json(args.json, args.url, results, args.profile)
-    return 1 if any(True for _ in failures(results)) else 0
+    if args.count_url:
+        try:
+            transport.count(args.count_url)
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return None
+        options.executions = functools.partial(transport.count, args.count_url)
+    return run_scenarios(transport, options)
 
 
 def _progress(message: str) -> None:

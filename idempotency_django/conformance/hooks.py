@@ -36,9 +36,8 @@ from typing import Any, TypeVar
 
 from django.http import HttpResponse
 
-FAIL_HEADER = "Idempotency-Test-Fail"
-HOLD_HEADER = "Idempotency-Test-Hold"
-MARKER_HEADER = "Idempotency-Test-Hook"
+from idempotency_django.conformance.headers import FAIL_HEADER, HOLD_HEADER, MARKER_HEADER
+
 MAX_HOLD = 30.0
 PROBLEM_TYPE = "https://idempotency-django.readthedocs.io/en/latest/verify.html#test-hooks"
 

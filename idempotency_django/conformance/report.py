@@ -8,9 +8,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from idempotency_django.conformance.scenarios import FAIL, Result
+from idempotency_django.conformance.scenarios import (
+    ERROR,
+    FAIL,
+    NOT_RUN,
+    PASS,
+    TIMEOUT,
+    UNPASSED,
+    Result,
+)
 
-MARKS = {"pass": "PASS", "fail": "FAIL", "not run": "----"}
+MARKS = {PASS: "PASS", FAIL: "FAIL", NOT_RUN: "----", TIMEOUT: "TIMEOUT", ERROR: "ERROR"}
+ALWAYS = ((PASS, "passed"), (FAIL, "failed"), (NOT_RUN, "not run"))
+WHEN_ANY = ((TIMEOUT, "timed out"), (ERROR, "runner errors"))
 
 
 def table(results: Sequence[Result], width: int = 100) -> str:
@@ -19,7 +29,7 @@ def table(results: Sequence[Result], width: int = 100) -> str:
     lines = [f"{'verdict':7}  {'scenario':{name_width}}  requests", "-" * (name_width + 19)]
     for result in results:
         lines.append(f"{MARKS[result.verdict]:7}  {result.name:{name_width}}  {result.requests:8}")
-        shown = result.evidence if result.verdict == FAIL else result.evidence[-2:-1]
+        shown = result.evidence if result.verdict in UNPASSED else result.evidence[-2:-1]
         shown = [*shown, *(f"warning: {warning}" for warning in result.warnings)]
         for line in shown:
             lines += textwrap.wrap(
@@ -29,19 +39,24 @@ def table(results: Sequence[Result], width: int = 100) -> str:
                 subsequent_indent="           ",
                 break_on_hyphens=False,  # a flag (--count-url) stays whole
             )
-    passed = sum(r.verdict == "pass" for r in results)
-    failed = sum(r.verdict == FAIL for r in results)
-    warned = sum(len(r.warnings) for r in results)
-    summary = f"{passed} passed, {failed} failed, {len(results) - passed - failed} not run"
-    lines.append(summary + (f", {warned} warnings" if warned else ""))
+    lines.append(summary(results))
     return "\n".join(lines)
+
+
+def summary(results: Sequence[Result]) -> str:
+    """``3 passed, 1 failed, 6 not run``; timeouts, errors and warnings only when there are."""
+    counts = {verdict: sum(r.verdict == verdict for r in results) for verdict in MARKS}
+    parts = [f"{counts[verdict]} {word}" for verdict, word in ALWAYS]
+    parts += [f"{counts[verdict]} {word}" for verdict, word in WHEN_ANY if counts[verdict]]
+    warned = sum(len(r.warnings) for r in results)
+    return ", ".join(parts + ([f"{warned} warnings"] if warned else []))
 
 
 def as_json(url: str, results: Sequence[Result], profile: str = "strict") -> dict[str, Any]:
     return {
         "url": url,
         "profile": profile,
-        "passed": not any(r.verdict == FAIL for r in results),
+        "passed": not any(r.verdict in UNPASSED for r in results),
         "scenarios": [r.as_dict() for r in results],
     }
 

@@ -100,6 +100,8 @@ def test_the_other_hints_name_their_cause() -> None:
         ["http://x/", "--body", "{"],
         ["http://x/", "--profile", "lenient"],
         ["http://x/", "--key-format", "ulid"],
+        ["http://x/", "--timeout", "0"],
+        ["http://x/", "--timeout", "soon"],
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:

@@ -55,21 +55,25 @@ def test_a_final_4xx_judged_without_hooks() -> None:
 
     assert run("final-4xx-replayed", throttles).verdict == NOT_RUN
 
+    refused: set[object] = set()  # the keys sent with [] (the valid body then gets 422)
+
     def stores_but_never_replays(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
-        seen[body] = seen.get(body, 0) + 1
+        key = headers.get("Idempotency-Key")
         if body == b"[]":
+            refused.add(key)
             return Answer(400, JSON, b'{"error": "no"}')
-        return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
+        return Answer(422, PROBLEM, b"{}") if key in refused else created(1)
 
     assert run("final-4xx-replayed", stores_but_never_replays).verdict == NOT_RUN
 
     def takes_the_key_and_refuses_again(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        key = headers.get("Idempotency-Key")
         seen[body] = seen.get(body, 0) + 1
         if body == b"[]":
+            refused.add(key)
             return Answer(400, JSON, b'{"error": "no"}' if seen[body] == 1 else b'{"error": "2"}')
-        return Answer(422, PROBLEM, b"{}") if seen.get(b"[]") else created(1)
+        return Answer(422, PROBLEM, b"{}") if key in refused else created(1)
 
-    seen.clear()
     assert run("final-4xx-replayed", takes_the_key_and_refuses_again).verdict == FAIL
 
 
@@ -555,3 +559,54 @@ def test_the_first_reason_a_scenario_could_not_count_is_the_one_reported() -> No
     scenarios.uncounted(run_, "the retries", "integers")
     scenarios.uncounted(run_, "the storm", "growing integers")
     assert run_.uncounted.startswith("the ids are not integers: the executions around the retries")
+
+
+def test_a_scenario_the_runner_cannot_judge_is_an_error_and_the_run_goes_on() -> None:
+    def crashes_the_runner(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        if "Idempotency-Retry" in headers:
+            raise RuntimeError("a bug of ours")
+        return created(1)
+
+    results = scenarios.run_scenarios(
+        Scripted(crashes_the_runner), Options(), only=["replay", "key-missing-400"]
+    )
+    assert [r.verdict for r in results] == [scenarios.ERROR, FAIL], results
+    assert results[0].evidence[-2] == "the runner could not judge: RuntimeError: a bug of ours"
+    assert "ERROR    replay" in table(results)
+    assert "1 runner errors" in table(results)
+    assert [r.name for r in scenarios.failures(results)] == ["replay", "key-missing-400"]
+
+
+def test_a_failure_the_answers_show_stands_when_the_counter_fails() -> None:
+    endpoint = Endpoint(rerun=True)
+    reads = iter([0])
+
+    def counter() -> int:
+        return next(reads)  # StopIteration after the first read
+
+    opts = Options(executions=counter)
+    [result] = scenarios.run_scenarios(Scripted(endpoint), opts, only=["replay"])
+    assert result.verdict == FAIL, result
+    assert "the effects could not be counted: StopIteration" in result.evidence
+
+
+def test_a_timeout_is_its_own_verdict_with_the_transports_words() -> None:
+    def slow(headers: Mapping[str, str | bytes], body: bytes) -> Answer:
+        raise scenarios.TimedOut("no answer within --timeout 1 s")
+
+    [result] = scenarios.run_scenarios(Scripted(slow), Options(), only=["replay"])
+    assert result.verdict == scenarios.TIMEOUT
+    assert result.evidence[-2] == "no answer within --timeout 1 s"
+    assert as_json("http://x/", [result])["passed"] is False
+
+
+@pytest.mark.parametrize(
+    "other", [Answer(500, JSON, b'{"error": "boom"}'), Answer(201, JSON, b"{}")]
+)
+def test_another_caller_answered_neither_a_creation_nor_a_refusal_fails(other: Answer) -> None:
+    endpoint = Endpoint(lambda first, n: stamped(first))
+    opts = Options(executions=lambda: endpoint.effects)
+    [result] = scenarios.run_scenarios(TwoCallers(endpoint, other), opts, only=["other-caller"])
+    assert result.verdict == FAIL, result
+    assert "the other caller's request did not create" in result.evidence[-2]
+    assert "--key-format" not in result.evidence[-2]  # a key of this format already created

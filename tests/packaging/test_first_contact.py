@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import ROOT, Answer, Dist, Project, Runserver, Venv, serve
+from tests.packaging.conftest import (
+    ROOT,
+    Answer,
+    Dist,
+    Project,
+    Runserver,
+    Venv,
+    clean_env,
+    run,
+    serve,
+)
 
 pytestmark = pytest.mark.packaging
 
@@ -132,6 +143,23 @@ def test_an_integration_without_its_extra_says_what_to_install(
         "    print(error)\n"
     )
     assert django_only.python(code).strip().endswith(f"pip install 'idempotency-django[{extra}]'")
+
+
+def test_the_conformance_command_starts_without_settings_and_names_its_extra(
+    django_only: Venv,
+) -> None:
+    command = django_only.bin("idempotency-conformance")
+    assert run([command, "--help"]).startswith("usage: idempotency-conformance ")
+    done = subprocess.run(
+        [command, "http://127.0.0.1:9/charges/"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr  # httpx is the extra's
+    assert 'pip install "idempotency-django[conformance]"' in done.stderr
 
 
 def test_function_view_as_the_quick_start_shows(site: Runserver) -> None:
