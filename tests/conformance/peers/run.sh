@@ -105,23 +105,25 @@ print(" ".join(Token.objects.get_or_create(user=u)[0].key for u in users))'
 
 peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, judge each
   local kind=$1 spec=$2 flags=$3 extra=$4 n=$5
-  local name=${spec%%==*} port=$((PORT_BASE + n)) db="idem_peers_${n}" t0=$SECONDS
+  local name=${spec%%==*} port=$((PORT_BASE + n)) db="idem_peers_${n}" t0=$EPOCHREALTIME
   local file=${name#@}
   file=${file//\//-}  # @scope/name: scope-name
   install "$kind" "$spec" "$extra" "$WORK/$file"
   psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
   serve "$kind" "$name" "$WORK/$file" "$port" "$db" "$flags"
-  local setup=$((SECONDS - t0)) url="http://127.0.0.1:$port"
+  local setup url="http://127.0.0.1:$port"
+  setup=$(since "$t0")
   : > "$WORK/$file.timings.tsv"
   : > "$WORK/$file.disagreements.txt"
   for profile in strict draft; do
-    local t1=$SECONDS out="$WORK/$file.$profile" judged=agrees
+    local t1=$EPOCHREALTIME out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
     (cd "$RUNNER_ROOT" && PYTHONPATH="$RUNNER_ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" \
       -- "$url/charges/" --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
       --count-url "$url/count/" --profile "$profile" $flags --json "$out.json") \
       > "$out.txt" 2> "$out.err" || true
-    local took=$((SECONDS - t1))
+    local took
+    took=$(since "$t1")
     "$RUNNER" "$HERE/judge.py" "$PG/$db" "$out.json" "$out.stamps.json" "$profile" \
       "$out.judged.json" "$out.err" | tee -a "$WORK/$file.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
     local summary
@@ -130,6 +132,10 @@ peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, 
       "${summary:-no table: $(tail -1 "$out.err")}" "$judged" | tee -a "$WORK/$file.timings.tsv"
   done
   stop
+}
+
+since() {  # seconds since an $EPOCHREALTIME, to a tenth
+  awk -v t0="$1" -v t1="$EPOCHREALTIME" 'BEGIN { printf "%.1f", t1 - t0 }'
 }
 
 stop() {
