@@ -161,7 +161,8 @@ conformance-full: install
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=pgbouncer $(CONFORMANCE_FULL) --ds tests.pooled.settings; status=$$?; tests/services/pgbouncer.sh stop; exit $$status
 	DATABASE_URL=$(PG_URL) IDEMPOTENCY_TEST_POOLER=psycopg $(CONFORMANCE_FULL) --ds tests.pooled.settings
 
-# The runner against the Django idempotency packages on PyPI, each in its own virtualenv and
-# served by gunicorn (downloads from PyPI: not in CI); docs/verify.rst publishes the table.
+# The runner against idempotency packages from PyPI and npm (Django, FastAPI, Express, NestJS),
+# each in an environment and app of its own; every verdict is checked against the rows the app
+# recorded, and any disagreement fails (downloads: not in CI); docs/verify.rst has the table.
 conformance-peers: install
-	tests/conformance/peers/run.sh
+	RUNNER=$(PY) tests/conformance/peers/run.sh

@@ -1,140 +1,100 @@
 #!/usr/bin/env bash
-# The conformance runner against the Django idempotency packages on PyPI (issue 40).
+# The peers tier: the conformance runner against idempotency packages from PyPI and npm, each
+# verdict checked against the effects the package's app recorded itself (issues 40 and 54).
 #
-# Not in CI: it downloads from PyPI. For each package, a virtualenv of its own with a tiny
-# DRF project (POST /charges/ creates a row and answers {"id", "amount"}; GET /count/ is
-# --count-url; two users with tokens), served by gunicorn (one worker, eight threads) on
-# 127.0.0.1:$PORT_BASE+n over its own PostgreSQL database; the runner (this checkout's
-# .venv) judges it under --profile strict and --profile draft. Results: $WORK/<package>.<profile>.json,
-# the table: $WORK/peers.rst (pasted into docs/verify.rst).
+# Not in CI: it downloads from PyPI and npm. For each package, a virtualenv (or node_modules)
+# of its own and a tiny app wired as the package's README says (apps/: a DRF project, a
+# FastAPI app, an Express app, a NestJS app), over a PostgreSQL database of its own: POST /charges/ writes a
+# row per run of the view (charges), the app's outermost layer a row per request answered
+# (calls), GET /count/ is the runner's --count-url; two callers (Authorization). For each
+# profile (strict, draft) the runner runs through stamp.py (its command line, with each
+# scenario's start time noted), then judge.py reads the rows straight from PostgreSQL and
+# compares every scenario's verdict with what they show. Any disagreement fails the tier.
 #
 #   tests/conformance/peers/run.sh [package ...]
 #
-# Environment: WORK (default /tmp/idem-peers), PG (default postgres://postgres@127.0.0.1:5432),
-# REDIS (default redis://127.0.0.1:6379/12, drf-idem's cache), PORT_BASE (default 18100),
-# PYTHON (default python3.11).
+# Results in $WORK: <file>.<profile>.{json,txt,err,stamps.json,judged.json},
+# <file>.{timings.tsv,disagreements.txt,server.log} (<file>: the package's name, @scope/name as
+# scope-name), peers.rst (the table pasted into docs/verify.rst). Environment: WORK (default
+# /tmp/idem-peers), PG (default postgres://postgres@127.0.0.1:5432), REDIS (default
+# redis://127.0.0.1:6379/11), PORT_BASE (default 18100), PYTHON (default python3.11),
+# RUNNER (the python that runs the runner; default .venv/bin/python), RUNNER_ROOT (the checkout
+# whose runner is judged; default this one).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
-RUNNER="$ROOT/.venv/bin/python"
+RUNNER=${RUNNER:-$ROOT/.venv/bin/python}
+RUNNER=$(cd "$(dirname "$RUNNER")" && pwd)/$(basename "$RUNNER")  # the Makefile's is relative
 WORK=${WORK:-/tmp/idem-peers}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
-REDIS=${REDIS:-redis://127.0.0.1:6379/12}
+REDIS=${REDIS:-redis://127.0.0.1:6379/11}
 PORT_BASE=${PORT_BASE:-18100}
 PYTHON=${PYTHON:-python3.11}
+RUNNER_ROOT=${RUNNER_ROOT:-$ROOT}
+export PYTHONDONTWRITEBYTECODE=1
 
-# package==version | the runner's flags it needs | extra pip packages
+# kind | package==version | the runner's flags it needs | what else its app installs
 PEERS=(
-  "django-idempotency-key==1.3.0||"
-  "djangorestframework-idempotency-key==1.0.3|--key-format uuid|"
-  "drf-idempotency==1.0.0||"
-  "drf-idempotencykey==0.2.0|--key-format uuid|"
-  "drf-idem==0.1.1|--key-header X-Request-ID|redis"
+  "django|django-idempotency-key==1.3.0||"
+  "django|djangorestframework-idempotency-key==1.0.3|--key-format uuid|"
+  "django|drf-idempotency==1.0.0||"
+  "django|drf-idempotencykey==0.2.0|--key-format uuid|"
+  "django|drf-idem==0.1.1|--key-header X-Request-ID|redis"
+  "asgi|asgi-idempotency-header==0.2.0||redis<5"
+  "asgi|fastapi-idempotency==0.1.1||"
+  "asgi|idemptx==0.2.2||"
+  "express|express-idempotency==1.0.6||express@4 pg@8"
+  "nest|@node-idempotency/nestjs==1.0.4||@nestjs/common@10 @nestjs/core@10 @nestjs/platform-express@10 reflect-metadata rxjs@7 pg@8"
 )
 
-mkdir -p "$WORK"
-project() {  # the DRF project, the same for every package but for settings.py's last block
-  local dir=$1
-  mkdir -p "$dir/peerproject" "$dir/charges"
-  touch "$dir/peerproject/__init__.py" "$dir/charges/__init__.py"
-  cat > "$dir/peerproject/settings.py" <<'PY'
-import os
-
-PEER = os.environ["PEER"]
-SECRET_KEY = "peers-only"
-DEBUG = False
-ALLOWED_HOSTS = ["*"]
-USE_TZ = True
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-ROOT_URLCONF = "peerproject.urls"
-INSTALLED_APPS = [
-    "django.contrib.auth", "django.contrib.contenttypes",
-    "rest_framework", "rest_framework.authtoken", "charges",
-]
-MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
-DATABASES = {"default": {
-    "ENGINE": "django.db.backends.postgresql", "NAME": os.environ["PEER_DB"],
-    "USER": "postgres", "HOST": "127.0.0.1", "PORT": "5432",
-}}
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+install() {  # kind, spec, extra, dir
+  local kind=$1 spec=$2 extra=$3 dir=$4
+  mkdir -p "$dir"
+  case $kind in
+    django | asgi)
+      [ -x "$dir/venv/bin/python" ] && return
+      local base="djangorestframework gunicorn"
+      [ "$kind" = asgi ] && base="fastapi uvicorn"
+      "$PYTHON" -m venv "$dir/venv"
+      # shellcheck disable=SC2086  # lists split on purpose
+      "$dir/venv/bin/pip" install -q "$spec" $base "psycopg[binary]" $extra ;;
+    express | nest)
+      [ -d "$dir/node_modules/${spec%%==*}" ] && return
+      # shellcheck disable=SC2086
+      (cd "$dir" && npm install -s --no-audit --no-fund "${spec/==/@}" $extra) ;;
+  esac
 }
-# Each package as its README sets it up.
-if PEER == "django-idempotency-key":
-    MIDDLEWARE.append("idempotency_key.middleware.IdempotencyKeyMiddleware")
-elif PEER == "djangorestframework-idempotency-key":
-    INSTALLED_APPS.append("rest_framework_idempotency_key")
-    MIDDLEWARE.append("rest_framework_idempotency_key.middleware.IdempotencyKeyMiddleware")
-elif PEER == "drf-idempotency":
-    INSTALLED_APPS.append("drf_idempotency")
-    MIDDLEWARE.append("drf_idempotency.middleware.IdempotencyMiddleware")
-    IDEMPOTENCY = {"BACKEND": "drf_idempotency.backends.database.DatabaseBackend"}
-elif PEER == "drf-idempotencykey":
-    INSTALLED_APPS.append("drf_idempotencykey")  # and its mixin on the view
-elif PEER == "drf-idem":
-    INSTALLED_APPS.append("drf_idem")
-    MIDDLEWARE.insert(0, "drf_idem.middleware.IdempotencyMiddleware")
-    CACHES["drf_idem"] = {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": os.environ["PEER_REDIS"],
-    }
-    DRF_IDEM = {"HEADER": "HTTP_X_REQUEST_ID", "TTL": 60, "CACHE_BACKEND": "drf_idem",
-                "ENDPOINTS": [], "METHODS": ["POST", "PUT", "PATCH", "DELETE"]}
-PY
-  cat > "$dir/peerproject/urls.py" <<'PY'
-from django.urls import path
 
-from charges.views import ChargeView, count
-
-urlpatterns = [path("charges/", ChargeView.as_view()), path("count/", count)]
-PY
-  cat > "$dir/peerproject/wsgi.py" <<'PY'
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "peerproject.settings")
-application = get_wsgi_application()
-PY
-  cat > "$dir/charges/models.py" <<'PY'
-from django.db import models
-
-
-class Charge(models.Model):
-    amount = models.IntegerField()
-PY
-  cat > "$dir/charges/views.py" <<'PY'
-import os
-
-from django.http import JsonResponse
-from rest_framework.response import Response
-from rest_framework.views import APIView
-
-from charges.models import Charge
-
-
-class ChargeView(APIView):
-    def post(self, request):
-        amount = request.data.get("amount") if isinstance(request.data, dict) else None
-        if not isinstance(amount, int):
-            return Response({"error": "send an amount"}, status=400)
-        charge = Charge.objects.create(amount=amount)
-        return Response({"id": charge.pk, "amount": amount}, status=201)
-
-
-if os.environ["PEER"] == "drf-idempotencykey":
-    from drf_idempotencykey.mixins import DrfIdempotencyKeyMixin
-
-    class ChargeView(DrfIdempotencyKeyMixin, ChargeView):
-        pass
-
-
-def count(request):
-    return JsonResponse({"count": Charge.objects.count()})
-PY
+serve() {  # kind, name, dir, port, db, flags: starts the app in the background, sets PID and CALLERS
+  local kind=$1 name=$2 dir=$3 port=$4 db=$5 flags=$6 log="$3.server.log"
+  export PEER=$name PEER_DB=$db PEER_DSN="$PG/$db" PEER_REDIS=$REDIS PORT=$port
+  export PEER_KEY_HEADER=Idempotency-Key  # the header the app records as the key: the runner's
+  if [[ $flags == *--key-header* ]]; then PEER_KEY_HEADER=${flags#*--key-header }; fi
+  PEER_KEY_HEADER=${PEER_KEY_HEADER%% *}
+  CALLERS=("Authorization: Bearer peer-a" "Authorization: Bearer peer-b")
+  case $kind in
+    django)
+      local app="$HERE/apps/django" tokens
+      export DJANGO_SETTINGS_MODULE=peerproject.settings
+      (cd "$app" && "$dir/venv/bin/python" -m django migrate -v0 --run-syncdb)
+      tokens=$(cd "$app" && "$dir/venv/bin/python" -m django shell -c "$TOKENS" | tail -1)
+      CALLERS=("Authorization: Token ${tokens% *}" "Authorization: Token ${tokens#* }")
+      "$dir/venv/bin/gunicorn" --chdir "$app" -w 1 -k gthread --threads 8 \
+        -b "127.0.0.1:$port" --log-level warning peerproject.wsgi > "$log" 2>&1 & ;;
+    asgi)
+      psql -q "$PG/$db" -f "$HERE/apps/schema.sql"
+      "$dir/venv/bin/uvicorn" --app-dir "$HERE/apps/asgi" --host 127.0.0.1 --port "$port" \
+        --log-level warning peerapp:served > "$log" 2>&1 & ;;
+    express | nest)
+      psql -q "$PG/$db" -f "$HERE/apps/schema.sql"
+      NODE_PATH="$dir/node_modules" NODE_ENV=production node "$HERE/apps/$kind/app.js" \
+        > "$log" 2>&1 & ;;
+  esac
+  PID=$!
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/count/" > /dev/null && return; sleep 0.2; done
+  echo "$name did not start: $log" >&2
+  return 1
 }
 
 TOKENS='
@@ -143,48 +103,66 @@ from rest_framework.authtoken.models import Token
 users = [get_user_model().objects.get_or_create(username=n)[0] for n in ("peer-a", "peer-b")]
 print(" ".join(Token.objects.get_or_create(user=u)[0].key for u in users))'
 
-judge() {  # package==version, flags, extra, index
-  local spec=$1 flags=$2 extra=$3 n=$4
-  local name=${spec%%==*} port=$((PORT_BASE + n)) db="idem_peer_${n}"
-  local venv="$WORK/$name/venv" dir="$WORK/$name/project" t0=$SECONDS
-  if [ ! -x "$venv/bin/gunicorn" ]; then
-    "$PYTHON" -m venv "$venv"
-    "$venv/bin/pip" install -q "$spec" djangorestframework gunicorn "psycopg[binary]" $extra
-  fi
-  project "$dir"
-  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
-  export PEER=$name PEER_DB=$db PEER_REDIS=$REDIS DJANGO_SETTINGS_MODULE=peerproject.settings
-  (cd "$dir" && "$venv/bin/python" -m django migrate -v0 --run-syncdb)
-  local tokens token_a token_b
-  tokens=$(cd "$dir" && "$venv/bin/python" -m django shell -c "$TOKENS" | tail -1)
-  read -r token_a token_b <<< "$tokens"
-  "$venv/bin/gunicorn" --chdir "$dir" -w 1 -k gthread --threads 8 -b "127.0.0.1:$port" \
-    --log-level warning peerproject.wsgi > "$WORK/$name.gunicorn.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/count/" >/dev/null && break; sleep 0.2; done
-  local setup=$((SECONDS - t0))
+peer() {  # kind, spec, flags, extra, index: install, serve, run both profiles, judge each
+  local kind=$1 spec=$2 flags=$3 extra=$4 n=$5
+  local name=${spec%%==*} port=$((PORT_BASE + n)) db="idem_peers_${n}" t0=$EPOCHREALTIME
+  local file=${name#@}
+  file=${file//\//-}  # @scope/name: scope-name
+  install "$kind" "$spec" "$extra" "$WORK/$file"
+  psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+  serve "$kind" "$name" "$WORK/$file" "$port" "$db" "$flags"
+  local setup url="http://127.0.0.1:$port"
+  setup=$(since "$t0")
+  : > "$WORK/$file.timings.tsv"
+  : > "$WORK/$file.disagreements.txt"
   for profile in strict draft; do
-    local t1=$SECONDS
+    local t1=$EPOCHREALTIME out="$WORK/$file.$profile" judged=agrees
     # shellcheck disable=SC2086  # flags split on purpose
-    "$RUNNER" -m idempotency_django.conformance "http://127.0.0.1:$port/charges/" \
-      --header "Authorization: Token $token_a" --other-caller-header "Authorization: Token $token_b" \
-      --count-url "http://127.0.0.1:$port/count/" --profile "$profile" $flags \
-      --json "$WORK/$name.$profile.json" > "$WORK/$name.$profile.txt" 2>/dev/null || true
-    local rows
-    rows=$(psql "$PG/$db" -tAc "SELECT count(*) FROM charges_charge")
-    echo "$spec $profile: $(tail -1 "$WORK/$name.$profile.txt"); rows so far $rows;" \
-      "setup ${setup} s, run $((SECONDS - t1)) s" | tee -a "$WORK/timings.txt"
+    (cd "$RUNNER_ROOT" && PYTHONPATH="$RUNNER_ROOT" "$RUNNER" "$HERE/stamp.py" "$out.stamps.json" \
+      -- "$url/charges/" --header "${CALLERS[0]}" --other-caller-header "${CALLERS[1]}" \
+      --count-url "$url/count/" --profile "$profile" $flags --json "$out.json") \
+      > "$out.txt" 2> "$out.err" || true
+    local took
+    took=$(since "$t1")
+    "$RUNNER" "$HERE/judge.py" "$PG/$db" "$out.json" "$out.stamps.json" "$profile" \
+      "$out.judged.json" "$out.err" | tee -a "$WORK/$file.disagreements.txt" || { judged=DISAGREES; FAILED=1; }
+    local summary
+    summary=$(tail -1 "$out.txt")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$spec" "$profile" "$setup" "$took" \
+      "${summary:-no table: $(tail -1 "$out.err")}" "$judged" | tee -a "$WORK/$file.timings.tsv"
   done
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  stop
 }
 
-: > "$WORK/timings.txt"
-n=0
-for peer in "${PEERS[@]}"; do
-  IFS='|' read -r spec flags extra <<< "$peer"
-  n=$((n + 1))
-  if [ $# -gt 0 ] && [[ ! " $* " == *" ${spec%%==*} "* ]]; then continue; fi
-  judge "$spec" "$flags" "$extra" "$n"
-done
-"$RUNNER" "$HERE/table.py" "$WORK" "${PEERS[@]}" > "$WORK/peers.rst"
-echo "table: $WORK/peers.rst"
+since() {  # seconds since an $EPOCHREALTIME, to a tenth
+  awk -v t0="$1" -v t1="$EPOCHREALTIME" 'BEGIN { printf "%.1f", t1 - t0 }'
+}
+
+stop() {
+  [ -n "${PID:-}" ] || return 0
+  kill "$PID" 2> /dev/null || true  # it may have died: its log says why
+  wait "$PID" 2> /dev/null || true
+  PID=
+}
+trap stop EXIT
+
+main() {  # a function, read whole before it runs: editing this file mid-run is harmless
+  mkdir -p "$WORK"
+  FAILED=0
+  local n=0 entry kind spec flags extra
+  for entry in "${PEERS[@]}"; do
+    IFS='|' read -r kind spec flags extra <<< "$entry"
+    n=$((n + 1))
+    if [ $# -gt 0 ] && [[ " $* " != *" ${spec%%==*} "* ]]; then continue; fi
+    peer "$kind" "$spec" "$flags" "$extra" "$n"
+  done
+  "$RUNNER" "$HERE/table.py" "$WORK" "${PEERS[@]}" > "$WORK/peers.rst"
+  echo "table: $WORK/peers.rst"
+  if [ "$FAILED" != 0 ]; then
+    echo "the runner's verdicts and the counted effects disagree: $WORK/*.disagreements.txt" >&2
+    return 1
+  fi
+}
+
+main "$@"
+exit
