@@ -111,3 +111,53 @@ def test_repeated_warnings_are_one_line_each_with_their_count() -> None:
     assert len(result.warnings) == 2, result.warnings
     assert all("(20 times)" in warning for warning in result.warnings), result.warnings
     assert table([result]).count("warning:") == 2
+
+
+class ReplaysTheFirstAnswerAndRunsTheOtherBody(Toy):
+    """drf-idem 0.1.1 in the peers tier: another body under a used key runs, and the answer
+    is the first one's (its id, no replay header)."""
+
+    def again(self, request: Request, body: bytes, reply: Reply) -> Reply:
+        if request.body != body:
+            self.execute(request)
+            return reply
+        return super().again(request, body, reply)
+
+
+def test_another_body_run_behind_the_first_answer_is_named_as_a_run() -> None:
+    result = judge(ReplaysTheFirstAnswerAndRunsTheOtherBody(), "mismatch-422")
+    assert result.verdict == FAIL, result
+    # Before: only "it carries the first answer's id 1", a replay's description.
+    assert any(
+        "yet the other body ran: executions went from 1 to 2" in e for e in result.evidence
+    ), result
+
+
+class ReplaysKeylessDuplicates(Toy):
+    """fastapi-idempotency 0.1.1 in the peers tier: no key needed; the same caller and body
+    within its window is answered as a replay of the first, which ran."""
+
+    def answer(self, request: Request) -> Reply:
+        if request.key is not None:
+            return super().answer(request)
+        with self.lock:
+            first = self.stored.get((request.caller, "keyless:" + request.body.decode()))
+            if first is not None:
+                reply = first[1]
+                return Reply(
+                    reply.status, reply.body, {**reply.headers, "Idempotent-Replayed": "true"}
+                )
+            reply = self.execute(request)
+            self.stored[(request.caller, "keyless:" + request.body.decode())] = (
+                request.body,
+                reply,
+            )
+            return reply
+
+
+def test_under_the_draft_a_keyless_request_answered_as_a_replay_is_no_execution() -> None:
+    toy = ReplaysKeylessDuplicates()
+    judge(toy, "key-missing-400", profile="draft")  # the first keyless request runs
+    result = judge(toy, "key-missing-400", profile="draft")  # replayed: nothing ran
+    # Before: a fail, "1 effects counted, 2 expected" (a replay counted as a run).
+    assert result.verdict != FAIL, result
