@@ -226,3 +226,29 @@ def test_every_other_extra_installs_and_imports(workdir: Path, dist: Dist) -> No
         "print('spectacular' if 'idempotency_django._adapters.spectacular' in sys.modules else 'none')\n"
     )
     assert venv.python(code).split()[-1] == "spectacular"
+
+
+def test_strawberry_alone_brings_graphql_core_3_3_and_the_adapter_builds_there(
+    workdir: Path, dist: Dist
+) -> None:
+    """``[strawberry]`` alone resolves the newest Strawberry and graphql-core 3.3 (beside
+    graphene, above, pip keeps 3.2): 0.6's first cut imported 3.2's ``ExecutionContext``,
+    which 3.3 renamed ``Executor``, and the adapter did not import there."""
+    venv = Venv(workdir / "venv-strawberry")
+    venv.pip_install(f"{dist.wheel}[strawberry]")
+    code = (
+        "import django; from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['django.contrib.auth', 'django.contrib.contenttypes', "
+        "'idempotency_django'], "
+        "DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}})\n"
+        "django.setup()\n"
+        "import graphql, idempotency_django.strawberry\n"
+        "from idempotency_django._adapters import graphql_fields\n"
+        "schema = graphql.build_schema('type Query { a: Int } type Mutation { pay(n: Int): Int }')\n"
+        "document = graphql.parse('mutation M { pay(n: 1) }')\n"
+        "built = graphql_fields._Executor.build(schema, document, None, None, {}, 'M')\n"
+        "print(graphql.__version__, built.operation.operation.value)\n"
+    )
+    version, operation = venv.python(code).split()[-2:]
+    assert tuple(map(int, version.split(".")[:2])) >= (3, 3), version
+    assert operation == "mutation"
